@@ -1,0 +1,147 @@
+"""Every private torch name lotus relies on, in one place.
+
+lotus wraps torch's DataLoader instead of copying it. Where no public seam exists it uses the few
+private names below; ``tests/dataloader/test_torch_compat.py`` is the canary that fails loudly when a
+torch release moves one of them. At run time :func:`check` decides whether tracing can work with the
+installed torch; when it cannot, lotus warns once and the DataLoader runs untraced (exactly torch).
+
+Tested against the torch in constraints.txt (2.14.1); the worker-argument layout is probed by
+signature, so torch 2.2-2.14 (dataset passed bare or in a one-element holder list) are both handled.
+"""
+
+from __future__ import annotations
+
+import inspect
+from functools import lru_cache
+
+import torch
+import torch.utils.data.dataloader as _dl
+from torch.utils.data import _utils as _data_utils
+
+# Iterator classes lotus subclasses (private in torch).
+BaseIter = _dl._BaseDataLoaderIter
+SingleProcessIter = _dl._SingleProcessDataLoaderIter
+MultiProcessingIter = _dl._MultiProcessingDataLoaderIter
+DatasetKind = _dl._DatasetKind
+
+# Worker process entry point, and the messages that travel on a worker's index queue.
+worker_loop = _data_utils.worker._worker_loop
+ResumeIteration = _data_utils.worker._ResumeIteration
+IterableDatasetStopIteration = _data_utils.worker._IterableDatasetStopIteration
+ExceptionWrapper = torch._utils.ExceptionWrapper
+
+# The function torch's pin-memory thread applies to each batch.
+pin_memory = _data_utils.pin_memory.pin_memory
+
+# Iterator attributes lotus reads (names only; used through getattr in iterators.py).
+ITER_ATTRS = (
+    "_send_idx",  # index of the next batch to dispatch
+    "_rcvd_idx",  # index of the next batch to return in order
+    "_task_info",  # {batch idx: (worker id,) or (worker id, data)}
+    "_num_yielded",  # batches returned so far in this epoch
+    "_index_queues",  # one multiprocessing queue per worker
+    "_workers_status",  # liveness per worker
+    "_in_order",
+)
+# Iterator methods lotus overrides (calling the torch implementation through super()).
+ITER_METHODS = ("_next_data", "_try_put_index", "_get_data", "_reset", "_process_data")
+# DataLoader method lotus overrides to hand out its own iterator subclasses.
+LOADER_METHODS = ("_get_iterator",)
+
+# Positional arguments of worker_loop that lotus replaces in a worker process.
+WORKER_ARGS = (
+    "dataset_kind",
+    "dataset",  # or "dataset_holder" (torch >= 2.9: a one-element list the worker pops)
+    "index_queue",
+    "data_queue",
+    "done_event",
+    "auto_collation",
+    "collate_fn",
+    "drop_last",
+    "base_seed",
+    "init_fn",
+    "worker_id",
+    "num_workers",
+    "persistent_workers",
+    "shared_seed",
+)
+
+
+@lru_cache(maxsize=1)
+def worker_arg_positions() -> dict[str, int]:
+    """Positions of the worker_loop arguments lotus needs, read from its signature."""
+    params = list(inspect.signature(worker_loop).parameters)
+    pos = {name: i for i, name in enumerate(params)}
+    if "dataset_holder" in pos:
+        pos["dataset"] = pos.pop("dataset_holder")
+        pos["_dataset_in_holder"] = 1
+    needed = ("dataset", "index_queue", "data_queue", "collate_fn", "worker_id")
+    missing = [n for n in needed if n not in pos]
+    if missing:
+        raise RuntimeError(f"torch {torch.__version__}: _worker_loop lacks arguments {missing}")
+    return pos
+
+
+@lru_cache(maxsize=1)
+def check() -> str | None:
+    """None when this torch has every name lotus relies on; else a sentence saying what is missing."""
+    problems = []
+    for cls in (MultiProcessingIter, SingleProcessIter):
+        for attr in ITER_METHODS:
+            if cls is SingleProcessIter and attr != "_next_data":
+                continue
+            if not callable(getattr(cls, attr, None)):
+                problems.append(f"{cls.__name__}.{attr}")
+    for attr in LOADER_METHODS:
+        if not callable(getattr(torch.utils.data.DataLoader, attr, None)):
+            problems.append(f"DataLoader.{attr}")
+    try:
+        worker_arg_positions()
+    except RuntimeError as exc:
+        problems.append(str(exc))
+    if not callable(getattr(DatasetKind, "create_fetcher", None)):
+        problems.append("_DatasetKind.create_fetcher")
+    if problems:
+        return f"torch {torch.__version__} changed DataLoader internals lotus relies on: {', '.join(problems)}"
+    return None
+
+
+def dataset_from_worker_args(args: tuple):
+    """The dataset travelling in worker_loop's arguments (bare or in its holder list)."""
+    pos = worker_arg_positions()
+    value = args[pos["dataset"]]
+    if pos.get("_dataset_in_holder"):
+        return value[0] if isinstance(value, list) and value else None
+    return value
+
+
+def replace_worker_args(args: tuple, **new) -> tuple:
+    """A copy of worker_loop's positional ``args`` with some replaced by name."""
+    pos = worker_arg_positions()
+    out = list(args)
+    for name, value in new.items():
+        i = pos[name]
+        if name == "dataset" and pos.get("_dataset_in_holder"):
+            value = [value]
+        out[i] = value
+    return tuple(out)
+
+
+def worker_arg(args: tuple, name: str):
+    return args[worker_arg_positions()[name]]
+
+
+def create_fetcher(kind, dataset, auto_collation, collate_fn, drop_last):
+    return DatasetKind.create_fetcher(kind, dataset, auto_collation, collate_fn, drop_last)
+
+
+def is_iterable_kind(kind) -> bool:
+    return kind == DatasetKind.Iterable
+
+
+def accelerator_available() -> bool:
+    """Whether torch's DataLoader will really pin memory (it needs an accelerator)."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and callable(getattr(acc, "is_available", None)):
+        return bool(acc.is_available())
+    return bool(torch.cuda.is_available())

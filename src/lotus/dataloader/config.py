@@ -1,0 +1,63 @@
+"""When tracing is on, and the small picklable settings a worker process needs."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+
+TRACE_DIR_ENV = "LOTUS_TRACE_DIR"
+ITT_ENV = "LOTUS_ITT"
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def resolve_trace_dir(trace_dir) -> str | None:
+    """The trace directory: the keyword wins, else $LOTUS_TRACE_DIR, else None (tracing off)."""
+    if trace_dir is not None and trace_dir is not False:
+        return os.fspath(trace_dir)
+    env = os.environ.get(TRACE_DIR_ENV, "").strip()
+    return env or None
+
+
+def resolve_itt(itt) -> bool:
+    return bool(itt) if itt is not None else env_flag(ITT_ENV)
+
+
+def distributed_rank() -> tuple[int, int]:
+    """(rank, world_size): torch.distributed when initialised, else $RANK/$WORLD_SIZE, else (0, 1)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:
+        pass
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
+
+
+_loader_ids = itertools.count()
+
+
+def next_loader_id() -> int:
+    return next(_loader_ids) % 32768
+
+
+@dataclass(frozen=True)
+class WorkerTraceConfig:
+    """Everything a worker process needs to trace itself (pickled to spawn/forkserver workers)."""
+
+    trace_dir: str
+    itt: bool
+    rank: int
+    world_size: int
+    loader: int
+    epoch: int
+    envelope: bool  # wrap batches for pin-memory timing
+    num_workers: int

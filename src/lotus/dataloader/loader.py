@@ -1,0 +1,206 @@
+"""``lotus.dataloader.DataLoader``: torch's DataLoader, traced when asked to.
+
+Drop-in: same arguments and behaviour as the installed ``torch.utils.data.DataLoader`` (it *is* one,
+by subclassing). Tracing is on when ``trace_dir=`` is given or ``$LOTUS_TRACE_DIR`` is set; without
+either, every method is torch's own and lotus adds nothing to the data path.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import torch.utils.data
+
+from lotus._warn import warn_once
+from lotus.dataloader.config import (
+    WorkerTraceConfig,
+    distributed_rank,
+    next_loader_id,
+    resolve_itt,
+    resolve_trace_dir,
+)
+from lotus.dataloader.recorder import Recorder, make_itt
+from lotus.trace.writer import main_writer
+
+_TorchDataLoader = torch.utils.data.DataLoader
+
+
+def _describe(loader: _TorchDataLoader, name: str | None) -> dict:
+    ds = loader.dataset
+    try:
+        length = len(ds)  # type: ignore[arg-type]
+    except Exception:
+        length = None
+    ctx = _TorchDataLoader.multiprocessing_context.fget(loader)
+    return {
+        "name": name,
+        "dataset": type(ds).__qualname__,
+        "dataset_len": length,
+        "batch_size": loader.batch_size,
+        "num_workers": loader.num_workers,
+        "prefetch_factor": loader.prefetch_factor,
+        "pin_memory": loader.pin_memory,
+        "persistent_workers": loader.persistent_workers,
+        "in_order": getattr(loader, "in_order", True),
+        "drop_last": loader.drop_last,
+        "timeout": loader.timeout,
+        "sampler": type(loader.sampler).__qualname__,
+        "batch_sampler": type(loader.batch_sampler).__qualname__ if loader.batch_sampler is not None else None,
+        "collate_fn": getattr(loader.collate_fn, "__qualname__", type(loader.collate_fn).__qualname__),
+        "start_method": ctx.get_start_method() if ctx is not None and not isinstance(ctx, str) else None,
+        "pid": os.getpid(),
+    }
+
+
+class LoaderTrace:
+    """Main-process tracing state of one DataLoader: its id, current epoch, and the process writer."""
+
+    def __init__(self, loader: _TorchDataLoader, trace_dir: str, itt: bool, name: str | None):
+        self.rank, self.world_size = distributed_rank()
+        self.trace_dir = trace_dir
+        self.itt = itt
+        self.w = main_writer(trace_dir, rank=self.rank, world_size=self.world_size)
+        self.on = self.w.ok
+        self.loader_id = next_loader_id()
+        self.epoch = -1
+        self._rec: Recorder | None = None
+        if self.on:
+            self.w.define_loader(self.loader_id, _describe(loader, name))
+
+    # hot enough: a few events per batch
+    def record(self, name_id: int, start_ns: int, dur_ns: int, batch: int, sample: int, arg: int) -> None:
+        w = self.w
+        w.buf += w.pack(name_id, self.loader_id, self.epoch, start_ns, dur_ns, batch, sample, arg)
+
+    def maybe_flush(self, now_ns: int) -> None:
+        self.w.maybe_flush(now_ns)
+        self.on = self.on and self.w.ok
+
+    def flush(self) -> None:
+        self.w.flush()
+        self.on = self.on and self.w.ok
+
+    def fail(self, where: str, exc: BaseException) -> None:
+        self.on = False
+        if self._rec is not None:
+            self._rec.on = False
+        warn_once(f"loader:{where}", f"lotus: tracing of this DataLoader stopped ({where}: {exc!r}); "
+                  "training continues untraced")
+
+    def recorder(self) -> Recorder:
+        """The main-process recorder of this loader (num_workers=0)."""
+        if self._rec is None:
+            self._rec = Recorder(self.w, self.loader_id, self.epoch, make_itt(self.itt))
+        self._rec.on = self.on
+        return self._rec
+
+    def worker_config(self, loader: _TorchDataLoader) -> WorkerTraceConfig:
+        from lotus.dataloader import _torch_compat as compat
+
+        return WorkerTraceConfig(
+            trace_dir=os.path.abspath(self.trace_dir), itt=self.itt, rank=self.rank,
+            world_size=self.world_size, loader=self.loader_id, epoch=self.epoch,
+            envelope=bool(loader.pin_memory) and compat.accelerator_available(),
+            num_workers=loader.num_workers,
+        )
+
+    def cuda_probe(self):
+        return None
+
+
+class DataLoader(_TorchDataLoader):
+    """torch.utils.data.DataLoader, plus lotus tracing.
+
+    Lotus-only keywords (everything else is torch's, passed through unchanged):
+
+    trace_dir: directory for trace files; tracing is on when given (or when $LOTUS_TRACE_DIR is set).
+    itt: open an ITT task per op/load/collate/batch for Intel VTune (default: $LOTUS_ITT).
+    trace_name: a name for this loader in the trace (e.g. "train", "val").
+    """
+
+    def __init__(self, *args, trace_dir=None, itt=None, trace_name=None, **kwargs):
+        self._lotus = None
+        self._lotus_wrapping = False
+        super().__init__(*args, **kwargs)
+        directory = resolve_trace_dir(trace_dir)
+        if directory is None:
+            return
+        from lotus.dataloader import _torch_compat as compat
+
+        problem = compat.check()
+        if problem:
+            warn_once("compat", f"lotus: tracing disabled: {problem}")
+            return
+        try:
+            lt = LoaderTrace(self, directory, resolve_itt(itt), trace_name)
+        except Exception as exc:
+            warn_once("loader-init", f"lotus: tracing disabled for a DataLoader ({exc!r})")
+            return
+        if lt.on:
+            self._lotus = lt
+
+    # The user's multiprocessing_context stays what they set; torch's iterator sees a tracing
+    # wrapper of it only while it creates worker processes (see _get_iterator).
+    @property
+    def multiprocessing_context(self):
+        ctx = _TorchDataLoader.multiprocessing_context.fget(self)
+        if self._lotus_wrapping:
+            import multiprocessing
+
+            from lotus.dataloader.worker import TracingContext
+
+            lt = self._lotus
+            return TracingContext(ctx if ctx is not None else multiprocessing.get_context(),
+                                  lambda: lt.worker_config(self))
+        return ctx
+
+    @multiprocessing_context.setter
+    def multiprocessing_context(self, value) -> None:
+        _TorchDataLoader.multiprocessing_context.fset(self, value)
+
+    def __iter__(self):
+        lt = self._lotus
+        if lt is not None:
+            lt.epoch += 1
+        return super().__iter__()
+
+    def _get_iterator(self):
+        lt = self._lotus
+        if lt is None or not lt.on:
+            return super()._get_iterator()
+        from lotus.dataloader.iterators import TracedMultiProcessingIter, TracedSingleProcessIter
+
+        if self.num_workers == 0:
+            return TracedSingleProcessIter(self)
+        self.check_worker_number_rationality()
+        self._lotus_wrapping = True
+        try:
+            return TracedMultiProcessingIter(self)
+        finally:
+            self._lotus_wrapping = False
+
+    @property
+    def trace_dir(self) -> str | None:
+        """Where this loader writes its trace (None when tracing is off)."""
+        return self._lotus.trace_dir if self._lotus is not None else None
+
+
+def _signature() -> inspect.Signature:
+    base = inspect.signature(_TorchDataLoader.__init__)
+    params = list(base.parameters.values())
+    extra = [
+        inspect.Parameter("trace_dir", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("itt", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("trace_name", inspect.Parameter.KEYWORD_ONLY, default=None),
+    ]
+    if not any(p.kind == inspect.Parameter.KEYWORD_ONLY for p in params) and params[-1].kind in (
+        inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+        return base
+    return base.replace(parameters=params + extra)
+
+
+try:
+    DataLoader.__init__.__signature__ = _signature()  # type: ignore[attr-defined]
+except (ValueError, TypeError):  # pragma: no cover - exotic torch signature
+    pass

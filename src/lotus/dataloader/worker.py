@@ -1,0 +1,175 @@
+"""Tracing inside DataLoader worker processes, reached through the public ``multiprocessing_context``.
+
+torch creates each worker with ``multiprocessing_context.Process(target=_worker_loop, args=...)``.
+:class:`TracingContext` wraps the context the user chose (or the default) and starts
+:func:`worker_entry` instead, which instruments the worker's own copies of the dataset, the
+collate_fn and the two queues, then runs torch's unmodified worker loop:
+
+* index queue ``get`` -> ``(idx, indices)``: batch ``idx`` starts (fetch start, ITT task "Batch")
+* result queue ``put((idx, data))``: batch ends (``fetch``), then the ``put`` itself, then a flush
+
+So a worker killed with SIGKILL loses at most the events of the batch it was preparing.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.context as mp_context
+import os
+
+from lotus._warn import warn_once
+from lotus.dataloader.config import WorkerTraceConfig
+from lotus.dataloader.recorder import Recorder, make_itt, mono
+from lotus.trace import schema as S
+from lotus.trace.writer import TraceWriter
+
+
+class _IndexQueue:
+    """The worker's view of its index queue: marks where each batch starts."""
+
+    def __init__(self, q, rec: Recorder, state: dict):
+        self._q = q
+        self._rec = rec
+        self._state = state
+
+    def get(self, *args, **kwargs):
+        r = self._q.get(*args, **kwargs)
+        rec = self._rec
+        if rec.on:
+            try:
+                if type(r) is tuple and len(r) == 2 and type(r[0]) is int:
+                    self._state["t0"] = rec.begin_batch(r[0])
+                elif r is not None and type(r).__name__ == "_ResumeIteration":
+                    rec.epoch += 1  # persistent workers: the main process started a new epoch
+            except Exception as exc:
+                rec.fail("index queue", exc)
+        return r
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_q", "_rec", "_state"):
+            raise AttributeError(name)
+        return getattr(self._q, name)
+
+
+class _ResultQueue:
+    """The worker's view of the result queue: marks where each batch ends, then flushes."""
+
+    def __init__(self, q, rec: Recorder, state: dict):
+        self._q = q
+        self._rec = rec
+        self._state = state
+
+    def put(self, obj, *args, **kwargs):
+        rec = self._rec
+        if not rec.on or type(obj) is not tuple or len(obj) != 2 or type(obj[0]) is not int:
+            return self._q.put(obj, *args, **kwargs)
+        t0 = self._state.pop("t0", None)
+        t1 = mono()
+        try:
+            if t0 is not None:
+                data = obj[1]
+                kind = type(data).__name__
+                flags = S.FETCH_ERROR if kind == "ExceptionWrapper" else (
+                    S.FETCH_STOP if kind == "_IterableDatasetStopIteration" else 0)
+                rec.end_batch(t0, flags, t1)
+        except Exception as exc:
+            rec.fail("result queue", exc)
+        out = self._q.put(obj, *args, **kwargs)
+        if rec.on:
+            try:
+                rec.rec(S.EV_PUT, t1, mono() - t1, obj[0], S.NO_ID, 0)
+                rec.w.flush()
+                rec.on = rec.w.ok
+            except Exception as exc:
+                rec.fail("flush", exc)
+        return out
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_q", "_rec", "_state"):
+            raise AttributeError(name)
+        return getattr(self._q, name)
+
+
+def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | None]:
+    from lotus.dataloader import _torch_compat as compat
+    from lotus.dataloader.instrument import TimedCollate, instrument_in_worker
+
+    worker_id = int(compat.worker_arg(args, "worker_id"))
+    writer = TraceWriter(cfg.trace_dir, "worker", rank=cfg.rank, world_size=cfg.world_size, worker_id=worker_id)
+    if not writer.ok:
+        return args, None
+    rec = Recorder(writer, cfg.loader, cfg.epoch, make_itt(cfg.itt), worker_id=worker_id)
+    rec.rec(S.EV_WORKER_START, mono(), 0, S.NO_ID, S.NO_ID, worker_id)
+    state: dict = {}
+    new = {
+        "index_queue": _IndexQueue(compat.worker_arg(args, "index_queue"), rec, state),
+        "data_queue": _ResultQueue(compat.worker_arg(args, "data_queue"), rec, state),
+        "collate_fn": TimedCollate(compat.worker_arg(args, "collate_fn"), rec, cfg.envelope),
+    }
+    dataset = compat.dataset_from_worker_args(args)
+    if dataset is not None:
+        iterable = compat.is_iterable_kind(compat.worker_arg(args, "dataset_kind"))
+        try:
+            instrument_in_worker(dataset, rec, iterable)
+        except Exception as exc:  # the dataset stays as it is; batch events still come
+            warn_once("instrument", f"lotus: per-sample timing off in workers ({exc!r})")
+        new["dataset"] = dataset
+    return compat.replace_worker_args(args, **new), rec
+
+
+def worker_entry(cfg: WorkerTraceConfig, target, *args, **kwargs):
+    """Process target of a traced worker: instrument, run torch's worker loop, flush."""
+    rec = None
+    try:
+        args, rec = _instrument(cfg, args)
+    except Exception as exc:
+        warn_once("worker", f"lotus: worker {os.getpid()} runs untraced ({exc!r})")
+    try:
+        return target(*args, **kwargs)
+    finally:
+        if rec is not None:
+            try:
+                if rec.on:
+                    rec.rec(S.EV_WORKER_END, mono(), 0, S.NO_ID, S.NO_ID, rec.worker_id)
+                rec.w.close()
+            except Exception:
+                pass
+
+
+class TracingContext(mp_context.BaseContext):
+    """A multiprocessing context that starts DataLoader workers through :func:`worker_entry`.
+
+    Everything else (queues, events, start method) is the wrapped context's.
+    """
+
+    def __init__(self, inner: mp_context.BaseContext, make_config):
+        self._inner = inner
+        self._make_config = make_config
+
+    def get_context(self, method=None):
+        return self._inner.get_context(method)
+
+    def get_start_method(self, allow_none=False):
+        return self._inner.get_start_method(allow_none)
+
+    def Process(self, *args, **kwargs):
+        from lotus.dataloader import _torch_compat as compat
+
+        target = kwargs.get("target")
+        if target is compat.worker_loop and not args:
+            try:
+                cfg = self._make_config()
+            except Exception as exc:
+                cfg = None
+                warn_once("context", f"lotus: workers run untraced ({exc!r})")
+            if cfg is not None:
+                kwargs["args"] = (cfg, target, *kwargs.get("args", ()))
+                kwargs["target"] = worker_entry
+        return self._inner.Process(*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_inner", "_make_config"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return f"TracingContext({self._inner!r})"

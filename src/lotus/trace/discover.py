@@ -1,0 +1,109 @@
+"""Finding runs in a directory: lotus traces, original LotusTrace logs and torch.profiler traces.
+
+A *run* (a "config" in the analysis) is a directory that directly holds trace files. A directory of
+runs (``b512_gpu4/``, ``b1024_gpu4/``...) is searched recursively and its runs are natural-sorted.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lotus.errors import InputError, NoTraceError
+from lotus.trace import schema as S
+from lotus.trace.original import ORIGINAL_NAME
+
+KINETO_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+
+
+@dataclass
+class Run:
+    """The trace files of one run."""
+
+    name: str
+    path: Path
+    native: list[Path] = field(default_factory=list)  # *.lotustrace
+    original: list[Path] = field(default_factory=list)  # <prefix>_{main,worker}_pid_<pid>
+    kineto: list[Path] = field(default_factory=list)  # torch.profiler Chrome traces
+
+    @property
+    def has_trace(self) -> bool:
+        return bool(self.native or self.original)
+
+
+def _classify(run: Run, p: Path) -> None:
+    name = p.name
+    if name.endswith(S.FILE_SUFFIX):
+        run.native.append(p)
+    elif ORIGINAL_NAME.match(name):
+        run.original.append(p)
+    elif name.endswith(KINETO_SUFFIXES):
+        run.kineto.append(p)
+
+
+def scan_run(path: str | os.PathLike, name: str | None = None) -> Run:
+    """The trace files directly inside ``path`` (a directory) or ``path`` itself (a file)."""
+    p = Path(path)
+    if p.is_file():
+        run = Run(name or p.parent.name or str(p.parent), p.parent)
+        _classify(run, p)
+        return run
+    run = Run(name or p.name or str(p), p)
+    with os.scandir(p) as it:
+        for entry in it:
+            if entry.is_file():
+                _classify(run, Path(entry.path))
+    run.native.sort()
+    run.original.sort()
+    run.kineto.sort()
+    return run
+
+
+def _natural_key(text: str):
+    from natsort import natsort_keygen
+
+    return natsort_keygen(key=lambda s: s.lower())(text)
+
+
+def find_runs(path: str | os.PathLike) -> list[Run]:
+    """All runs under ``path``, natural-sorted by their path relative to ``path``.
+
+    Raises :class:`InputError` when ``path`` does not exist and :class:`NoTraceError` when it holds
+    no trace file at all.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise InputError("no such file or directory", root)
+    if root.is_file():
+        run = scan_run(root)
+        if not run.has_trace:
+            raise NoTraceError("not a lotus trace file nor an original LotusTrace log", root)
+        return [run]
+    runs: list[Run] = []
+    for dirpath, dirnames, _ in os.walk(root):
+        dirnames.sort()
+        rel = os.path.relpath(dirpath, root)
+        run = scan_run(dirpath, name=root.resolve().name if rel == "." else rel.replace(os.sep, "/"))
+        if run.has_trace:
+            runs.append(run)
+    if not runs:
+        raise NoTraceError(
+            "no trace files here or below (expected *.lotustrace or <prefix>_{main,worker}_pid_<pid>)", root
+        )
+    runs.sort(key=lambda r: _natural_key(r.name))
+    return runs
+
+
+def find_run(path: str | os.PathLike) -> Run:
+    """Exactly one run: ``path`` itself if it holds trace files, else its only run below."""
+    root = Path(path)
+    if root.is_dir():
+        run = scan_run(root)
+        if run.has_trace:
+            return run
+    runs = find_runs(root)
+    if len(runs) > 1:
+        names = ", ".join(r.name for r in runs[:5])
+        raise InputError(f"holds {len(runs)} runs ({names}...); name one of them", root)
+    return runs[0]

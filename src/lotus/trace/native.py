@@ -1,0 +1,128 @@
+"""Reading lotus's own trace files (``*.lotustrace``) into numpy record arrays.
+
+Salvages what a crash leaves behind: a truncated last record is dropped with a warning naming the
+file and record; a file without an end record is reported as not cleanly closed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lotus.errors import InputError
+from lotus.trace import schema as S
+
+_log = logging.getLogger("lotus.trace")
+RECORD_DTYPE = np.dtype(S.RECORD_DTYPE)
+
+
+@dataclass
+class TraceFile:
+    """One process's trace: header, event records (control records removed) and definitions."""
+
+    path: Path
+    header: dict
+    records: np.ndarray  # RECORD_DTYPE, events only (name_id >= 0)
+    names: dict[int, str] = field(default_factory=dict)  # dynamic event names of this file
+    loaders: dict[int, dict] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+    clean_close: bool = False
+    end_wall_ns: int | None = None
+    truncated_bytes: int = 0
+
+    @property
+    def role(self) -> str:
+        return self.header.get("role", "main")
+
+    @property
+    def clock_offset_ns(self) -> int:
+        """wall-clock ns minus monotonic ns, from this file's anchor."""
+        return int(self.header["anchor_wall_ns"]) - int(self.header["anchor_mono_ns"])
+
+
+def is_native_trace(path: str | os.PathLike) -> bool:
+    p = Path(path)
+    return p.is_file() and p.name.endswith(S.FILE_SUFFIX)
+
+
+def read_header(path: str | os.PathLike) -> tuple[dict, int]:
+    """The JSON header and the byte offset of the first record."""
+    p = Path(path)
+    with open(p, "rb") as f:
+        pre = f.read(S.PREAMBLE.size)
+        if len(pre) < S.PREAMBLE.size:
+            raise InputError("empty or truncated trace file (no complete preamble)", p)
+        magic, hlen, rsize = S.PREAMBLE.unpack(pre)
+        if magic != S.MAGIC:
+            raise InputError(f"not a lotus trace file (magic {magic!r}, expected {S.MAGIC!r})", p)
+        if rsize != S.RECORD_SIZE:
+            raise InputError(f"unsupported record size {rsize} (this lotus reads {S.RECORD_SIZE})", p)
+        raw = f.read(hlen)
+        if len(raw) < hlen:
+            raise InputError("truncated trace header", p)
+    try:
+        header = json.loads(raw.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"corrupt trace header: {exc}", p) from None
+    if header.get("version", 0) > S.FORMAT_VERSION:
+        _log.warning("%s: trace format version %s is newer than this lotus (%s); reading what it knows",
+                     p, header.get("version"), S.FORMAT_VERSION)
+    for key in ("anchor_wall_ns", "anchor_mono_ns"):
+        if key not in header:
+            raise InputError(f"trace header lacks {key!r}", p)
+    return header, S.PREAMBLE.size + hlen
+
+
+def _decode_defines(ctrl: np.ndarray) -> dict[tuple[int, int], str]:
+    """Concatenate the payload chunks of CTRL_DEFINE records per (namespace, key)."""
+    chunks: dict[tuple[int, int], list[bytes]] = {}
+    if len(ctrl) == 0:
+        return {}
+    payload = ctrl.view(np.uint8).reshape(len(ctrl), S.RECORD_SIZE)[:, 8:]
+    for i, rec in enumerate(ctrl):
+        chunks.setdefault((int(rec["loader"]), int(rec["epoch"])), []).append(payload[i].tobytes())
+    return {k: b"".join(v).rstrip(b"\0").decode(errors="replace") for k, v in chunks.items()}
+
+
+def read_trace_file(path: str | os.PathLike) -> TraceFile:
+    """Read one ``.lotustrace`` file. Raises :class:`InputError` for files that cannot be read at all."""
+    p = Path(path)
+    header, offset = read_header(p)
+    size = p.stat().st_size
+    body = size - offset
+    truncated = body % S.RECORD_SIZE
+    n = body // S.RECORD_SIZE
+    if truncated:
+        _log.warning("%s: record %d truncated (%d of %d bytes, a crashed process?); dropped",
+                     p, n, truncated, S.RECORD_SIZE)
+    arr = np.fromfile(p, dtype=RECORD_DTYPE, count=n, offset=offset) if n else np.empty(0, RECORD_DTYPE)
+    ids = arr["name_id"]
+    is_event = ids >= 0
+    tf = TraceFile(path=p, header=header, records=arr[is_event] if not is_event.all() else arr,
+                   truncated_bytes=truncated)
+    if not is_event.all():
+        ctrl = arr[~is_event]
+        defines = _decode_defines(ctrl[ctrl["name_id"] == S.CTRL_DEFINE])
+        for (ns, key), text in defines.items():
+            if ns == S.NS_EVENT_NAME:
+                tf.names[key] = text
+            elif ns == S.NS_LOADER:
+                try:
+                    tf.loaders[key] = json.loads(text)
+                except json.JSONDecodeError:
+                    _log.warning("%s: unreadable description of loader %d", p, key)
+            elif ns == S.NS_META:
+                try:
+                    tf.meta.update(json.loads(text))
+                except json.JSONDecodeError:
+                    _log.warning("%s: unreadable metadata record", p)
+        ends = ctrl[ctrl["name_id"] == S.CTRL_END]
+        if len(ends):
+            tf.clean_close = True
+            tf.end_wall_ns = int(ends[-1]["arg"])
+    return tf

@@ -1,0 +1,151 @@
+"""The lotus trace format, version 1: the contract between the loader and the analysis.
+
+Documented for humans in docs/trace-format.md; this module is the single source of the numbers.
+No numpy/pandas here: worker processes import it on their hot path.
+
+A trace file (one per process, ``*.lotustrace``) is::
+
+    preamble   8 bytes  b"LOTUSTR1"
+               4 bytes  uint32 LE: header length H in bytes (JSON, UTF-8, space-padded to a multiple of 8)
+               4 bytes  uint32 LE: record size (48)
+    header     H bytes  JSON object (see HEADER_KEYS)
+    records    48 bytes each, little endian, until end of file:
+               int16 name_id, int16 loader, int32 epoch,
+               int64 start_ns, int64 dur_ns, int64 batch_id, int64 sample, int64 arg
+
+``name_id >= 0`` is an event. Negative ids are control records (see CTRL_*).
+Times are ``time.monotonic_ns()`` of the writing host; the header holds a wall-clock anchor.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+FORMAT_VERSION = 1
+MAGIC = b"LOTUSTR1"
+PREAMBLE = struct.Struct("<8sII")
+RECORD = struct.Struct("<hhiqqqqq")
+RECORD_SIZE = RECORD.size  # 48
+PAYLOAD_BYTES = 40  # bytes of a control record after name_id/loader/epoch
+FILE_SUFFIX = ".lotustrace"
+
+# numpy dtype spec of a record (the reader builds np.dtype(RECORD_DTYPE)).
+RECORD_DTYPE = [
+    ("name_id", "<i2"),
+    ("loader", "<i2"),
+    ("epoch", "<i4"),
+    ("start_ns", "<i8"),
+    ("dur_ns", "<i8"),
+    ("batch_id", "<i8"),
+    ("sample", "<i8"),
+    ("arg", "<i8"),
+]
+
+# Control records (name_id < 0).
+CTRL_DEFINE = -2  # define a string: loader field = namespace, epoch field = key, 40-byte payload chunk
+CTRL_END = -3  # clean close: start_ns = monotonic ns at close, arg = wall-clock ns at close
+
+# Namespaces of CTRL_DEFINE (chunks with the same namespace+key are concatenated in file order).
+NS_EVENT_NAME = 0  # key = event name id (dynamic ops), payload = UTF-8 name
+NS_LOADER = 1  # key = loader id, payload = UTF-8 JSON describing the DataLoader
+NS_META = 2  # key = 0, payload = UTF-8 JSON with extra process metadata
+
+# First id handed out to dynamically named events (ops named after the user's transforms).
+FIRST_DYNAMIC_ID = 64
+MAX_NAME_ID = 32767
+
+# arg bit flags of the `wait` event
+WAIT_BUFFERED = 1  # the batch had already arrived (out of order) when the loop asked for it
+# arg bit flags of the `fetch` event
+FETCH_ERROR = 1  # the worker raised; the exception went to the main process
+FETCH_STOP = 2  # IterableDataset exhausted in this worker
+
+NO_ID = -1  # batch_id / sample / worker_id when not applicable
+
+
+@dataclass(frozen=True)
+class EventKind:
+    """A built-in event: its id in the file, name, category and what its fields mean."""
+
+    id: int
+    name: str
+    cat: str  # main | pin | worker-batch | sample | op | gpu | marker
+    doc: str
+
+
+BUILTIN_EVENTS: tuple[EventKind, ...] = (
+    EventKind(0, "dispatch", "main", "main hands batch_id to a worker: sampler next() + index put; arg = worker id"),
+    EventKind(1, "wait", "main", "training loop waits in __next__ for batch_id; arg bit 0 = was already buffered"),
+    EventKind(2, "consumed", "main", "batch_id handed to the training loop (instant)"),
+    EventKind(3, "pin", "pin", "pin-memory thread copies batch_id to pinned memory"),
+    EventKind(4, "arrive", "main", "batch_id received by the main process from the worker queue (instant)"),
+    EventKind(5, "step", "main", "training loop holds batch_id: from hand-off until it asks for the next batch"),
+    EventKind(6, "fetch", "batch", "worker prepares batch_id: index received to result put; arg = flags"),
+    EventKind(7, "sample", "sample", "one dataset item (__getitem__ / next()); sample = dataset index"),
+    EventKind(8, "load", "sample", "load part of an item: item start until its first transform"),
+    EventKind(9, "transform", "sample", "all transforms of an item (first op start to last op end)"),
+    EventKind(10, "collate", "batch", "collate_fn of batch_id; arg = number of samples"),
+    EventKind(11, "put", "batch", "worker puts batch_id on the result queue"),
+    EventKind(12, "epoch_start", "marker", "iterator (re)started: epoch begins (instant); arg = num_workers"),
+    EventKind(13, "epoch_end", "marker", "iterator exhausted (instant)"),
+    EventKind(14, "worker_start", "marker", "worker process began (instant); arg = worker id"),
+    EventKind(15, "worker_end", "marker", "worker loop returned (instant)"),
+    EventKind(16, "gpu_wait", "gpu", "GPU time between the two CUDA events around the loop's wait for batch_id"),
+    EventKind(17, "gpu_step", "gpu", "GPU time of the step that consumed batch_id (hand-off to next request)"),
+    EventKind(18, "gpu_util", "gpu", "telemetry sample: arg = GPU utilisation %"),
+    EventKind(19, "gpu_power", "gpu", "telemetry sample: arg = power in mW"),
+    EventKind(20, "gpu_energy", "gpu", "telemetry sample: arg = energy counter in mJ"),
+    EventKind(21, "gpu_sm_clock", "gpu", "telemetry sample: arg = SM clock in MHz"),
+    EventKind(22, "gpu_mem_clock", "gpu", "telemetry sample: arg = memory clock in MHz"),
+    EventKind(23, "user_step", "main", "lotus.step() region: explicit training step boundaries"),
+)
+
+EVENTS_BY_NAME: dict[str, EventKind] = {e.name: e for e in BUILTIN_EVENTS}
+EVENTS_BY_ID: dict[int, EventKind] = {e.id: e for e in BUILTIN_EVENTS}
+OP_CAT = "op"  # category of dynamically named events (per-sample ops)
+
+# Ids as module constants for the hot paths.
+EV_DISPATCH = 0
+EV_WAIT = 1
+EV_CONSUMED = 2
+EV_PIN = 3
+EV_ARRIVE = 4
+EV_STEP = 5
+EV_FETCH = 6
+EV_SAMPLE = 7
+EV_LOAD = 8
+EV_TRANSFORM = 9
+EV_COLLATE = 10
+EV_PUT = 11
+EV_EPOCH_START = 12
+EV_EPOCH_END = 13
+EV_WORKER_START = 14
+EV_WORKER_END = 15
+EV_GPU_WAIT = 16
+EV_GPU_STEP = 17
+EV_GPU_UTIL = 18
+EV_GPU_POWER = 19
+EV_GPU_ENERGY = 20
+EV_GPU_SM_CLOCK = 21
+EV_GPU_MEM_CLOCK = 22
+EV_USER_STEP = 23
+
+# Keys of the JSON header.
+HEADER_KEYS = {
+    "format": "'lotus-trace'",
+    "version": "FORMAT_VERSION of the writer",
+    "role": "'main' or 'worker'",
+    "pid": "process id",
+    "rank": "distributed rank (torch.distributed, else $RANK, else 0)",
+    "world_size": "distributed world size",
+    "worker_id": "DataLoader worker id (-1 in the main process)",
+    "hostname": "host name",
+    "boot_id": "kernel boot id: files with the same boot_id share one monotonic clock",
+    "anchor_wall_ns": "time.time_ns() read next to anchor_mono_ns",
+    "anchor_mono_ns": "time.monotonic_ns() at file creation",
+    "clock": "'monotonic' (the clock of start_ns)",
+    "lotus_version": "version of lotus that wrote the file",
+    "torch_version": "torch version, when torch is imported",
+    "builtin_events": "{id: name} of the built-in events of this version",
+}

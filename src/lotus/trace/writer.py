@@ -1,0 +1,232 @@
+"""Per-process buffered writer of lotus trace files (format in :mod:`lotus.trace.schema`).
+
+Hot path: ``writer.buf += writer.pack(name_id, loader, epoch, start_ns, dur_ns, batch_id, sample, arg)``
+appends 48 bytes to a bytearray (no I/O, no lock, no Python object kept alive). Callers flush on a
+bound (per batch in workers, by size/time in the main process); :meth:`TraceWriter.flush` is the only
+place that touches the file. Any I/O failure disables the writer with one warning; later records
+are dropped and the buffer stays bounded.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from lotus import __version__
+from lotus._warn import warn_once
+from lotus.trace import schema as S
+
+_FLUSH_BYTES = 256 * 1024
+_FLUSH_INTERVAL_NS = 1_000_000_000
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def trace_file_name(role: str, rank: int, pid: int, worker_id: int = S.NO_ID) -> str:
+    who = "main" if role == "main" else f"w{worker_id}"
+    return f"lotus-r{rank}-{who}-p{pid}{S.FILE_SUFFIX}"
+
+
+class TraceWriter:
+    """One trace file of one process. Not shared across processes (see :func:`_after_fork`)."""
+
+    def __init__(
+        self,
+        trace_dir: str | os.PathLike,
+        role: str,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        worker_id: int = S.NO_ID,
+        flush_bytes: int = _FLUSH_BYTES,
+        extra: dict | None = None,
+    ) -> None:
+        self.pid = os.getpid()
+        self.role = role
+        self.rank = rank
+        self.worker_id = worker_id
+        self.flush_bytes = flush_bytes
+        self.pack = S.RECORD.pack
+        self.buf = bytearray()
+        self.ok = True
+        self.path: Path | None = None
+        self._file = None
+        self._lock = threading.Lock()
+        self._next_dynamic = S.FIRST_DYNAMIC_ID
+        self._names: dict[str, int] = {}
+        self._last_flush_ns = time.monotonic_ns()
+        self._closed = False
+        try:
+            d = Path(trace_dir)
+            d.mkdir(parents=True, exist_ok=True)
+            path = d / trace_file_name(role, rank, self.pid, worker_id)
+            n = 1
+            while True:
+                try:
+                    self._file = open(path, "xb", buffering=0)  # noqa: SIM115 - lives as long as the writer
+                    break
+                except FileExistsError:  # pid reused in the same directory by an earlier run
+                    n += 1
+                    path = d / (trace_file_name(role, rank, self.pid, worker_id)[: -len(S.FILE_SUFFIX)]
+                                + f"-{n}{S.FILE_SUFFIX}")
+            self.path = path
+            self._file.write(self._preamble(world_size, extra))
+        except Exception as exc:
+            self._fail(f"cannot create a trace file in {os.fspath(trace_dir)!r}: {exc}")
+
+    # -- header -----------------------------------------------------------------------------
+    def _preamble(self, world_size: int, extra: dict | None) -> bytes:
+        wall = time.time_ns()
+        mono = time.monotonic_ns()
+        wall = (wall + time.time_ns()) // 2  # anchor pair read as close together as possible
+        header = {
+            "format": "lotus-trace",
+            "version": S.FORMAT_VERSION,
+            "role": self.role,
+            "pid": self.pid,
+            "rank": self.rank,
+            "world_size": world_size,
+            "worker_id": self.worker_id,
+            "hostname": socket.gethostname(),
+            "boot_id": _boot_id(),
+            "anchor_wall_ns": wall,
+            "anchor_mono_ns": mono,
+            "clock": "monotonic",
+            "lotus_version": __version__,
+            "torch_version": getattr(sys.modules.get("torch"), "__version__", None),
+            "argv": list(sys.argv[:16]),
+            "builtin_events": {e.id: e.name for e in S.BUILTIN_EVENTS},
+        }
+        if extra:
+            header.update(extra)
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)
+        return S.PREAMBLE.pack(S.MAGIC, len(raw), S.RECORD_SIZE) + raw
+
+    # -- failure ------------------------------------------------------------------------------
+    def _fail(self, why: str) -> None:
+        self.ok = False
+        self.buf = bytearray()
+        try:
+            if self._file is not None:
+                self._file.close()
+        except Exception:
+            pass
+        self._file = None
+        warn_once(f"writer:{why}", f"lotus: tracing disabled in this process ({why}); training continues untraced")
+
+    # -- definitions (rare; not the hot path) ---------------------------------------------------
+    def _define(self, namespace: int, key: int, text: str) -> None:
+        raw = text.encode()
+        pack = self.pack
+        for i in range(0, max(len(raw), 1), S.PAYLOAD_BYTES):
+            chunk = raw[i : i + S.PAYLOAD_BYTES].ljust(S.PAYLOAD_BYTES, b"\0")
+            # the payload occupies the five int64 fields
+            self.buf += pack(S.CTRL_DEFINE, namespace, key, 0, 0, 0, 0, 0)[:8] + chunk
+
+    def name_id(self, name: str) -> int:
+        """Id of a dynamically named event (an op); defines it in the file on first use."""
+        nid = self._names.get(name)
+        if nid is None:
+            if self._next_dynamic > S.MAX_NAME_ID:
+                return S.EVENTS_BY_NAME["sample"].id  # absurd number of distinct op names: fold
+            nid = self._next_dynamic
+            self._next_dynamic += 1
+            self._names[name] = nid
+            self._define(S.NS_EVENT_NAME, nid, name)
+        return nid
+
+    def define_loader(self, loader_id: int, description: dict) -> None:
+        self._define(S.NS_LOADER, loader_id, json.dumps(description, default=str, separators=(",", ":")))
+
+    def define_meta(self, meta: dict) -> None:
+        self._define(S.NS_META, 0, json.dumps(meta, default=str, separators=(",", ":")))
+
+    # -- flushing -----------------------------------------------------------------------------
+    def flush(self) -> None:
+        if os.getpid() != self.pid:  # inherited through fork: the parent owns this file
+            self.buf = bytearray()
+            return
+        if not self.buf:
+            return
+        if not self.ok:
+            self.buf = bytearray()
+            return
+        with self._lock:
+            data = bytes(self.buf)
+            del self.buf[: len(data)]  # records appended meanwhile by another thread survive
+            self._last_flush_ns = time.monotonic_ns()
+            try:
+                view = memoryview(data)
+                while view:
+                    n = self._file.write(view)
+                    view = view[n:]
+            except Exception as exc:
+                self._fail(f"cannot write {self.path}: {exc}")
+
+    def maybe_flush(self, now_ns: int | None = None) -> None:
+        """Flush when the buffer is over its size bound or older than one second."""
+        now = now_ns or time.monotonic_ns()
+        if len(self.buf) >= self.flush_bytes or now - self._last_flush_ns >= _FLUSH_INTERVAL_NS:
+            self.flush()
+
+    def close(self) -> None:
+        if self._closed or os.getpid() != self.pid:
+            return
+        self._closed = True
+        try:
+            if self.ok:
+                self.buf += self.pack(S.CTRL_END, 0, 0, time.monotonic_ns(), 0, 0, 0, time.time_ns())
+            self.flush()
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+        except Exception as exc:
+            self._fail(f"cannot close {self.path}: {exc}")
+
+
+# -- process-wide main-process writer --------------------------------------------------------
+_main_writers: dict[str, TraceWriter] = {}
+_main_lock = threading.Lock()
+
+
+def main_writer(trace_dir: str | os.PathLike, *, rank: int = 0, world_size: int = 1) -> TraceWriter:
+    """The main process's writer for ``trace_dir`` (one file per process and directory)."""
+    key = os.path.abspath(os.fspath(trace_dir))
+    with _main_lock:
+        w = _main_writers.get(key)
+        if w is None or w.pid != os.getpid():
+            w = TraceWriter(key, "main", rank=rank, world_size=world_size)
+            _main_writers[key] = w
+        return w
+
+
+def close_main_writers() -> None:
+    with _main_lock:
+        writers = list(_main_writers.values())
+        _main_writers.clear()
+    for w in writers:
+        w.close()
+
+
+def _after_fork() -> None:
+    # A forked child must never write the parent's buffered records into the parent's file.
+    global _main_lock
+    _main_writers.clear()
+    _main_lock = threading.Lock()
+
+
+atexit.register(close_main_writers)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
