@@ -27,7 +27,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("lotus.commands.export:export", "Export events and batches to Parquet."),
     "map": ("lotus.commands.map:map_group", "LotusMap: map Python ops to the native functions they run."),
     "hw": ("lotus.commands.hw:hw", "Attribute hardware metrics (VTune/uProf) to Python ops."),
-    "tune": ("lotus.commands.tune:tune", "Find the DataLoader worker count that keeps up with the GPU."),
 }
 
 
