@@ -44,7 +44,7 @@ ITER_ATTRS = (
     "_in_order",
 )
 # Iterator methods lotus overrides (calling the torch implementation through super()).
-ITER_METHODS = ("_next_data", "_try_put_index", "_get_data", "_reset", "_process_data")
+ITER_METHODS = ("_next_data", "_next_index", "_try_put_index", "_get_data", "_reset")
 # DataLoader method lotus overrides to hand out its own iterator subclasses.
 LOADER_METHODS = ("_get_iterator",)
 
@@ -88,7 +88,7 @@ def check() -> str | None:
     problems = []
     for cls in (MultiProcessingIter, SingleProcessIter):
         for attr in ITER_METHODS:
-            if cls is SingleProcessIter and attr != "_next_data":
+            if cls is SingleProcessIter and attr not in ("_next_data", "_next_index"):
                 continue
             if not callable(getattr(cls, attr, None)):
                 problems.append(f"{cls.__name__}.{attr}")

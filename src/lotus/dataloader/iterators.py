@@ -25,6 +25,8 @@ class _MainSide:
 
     def _lotus_init(self, loader) -> None:
         self._lt = loader._lotus  # LoaderTrace
+        self._lotus_active = False
+        self._lotus_t0 = None
         self._lotus_prev = None  # (batch, handed-off ns) of the batch the loop holds
         self._lotus_got = None  # last batch idx received in this _next_data call
         self._lotus_last = None  # (batch, buffered, pin_start, pin_end) of the batch being returned
@@ -100,33 +102,44 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         except Exception as exc:  # fall back to torch's own fetcher, untraced samples
             lt.fail("iterator", exc)
 
+    def _next_index(self):
+        t0 = mono()
+        index = super()._next_index()  # StopIteration ends the epoch before any batch is opened
+        if self._lotus_active:
+            try:
+                rec = self._lotus_rec
+                batch = self._num_yielded
+                rec.epoch = self._lt.epoch
+                self._lotus_t0 = rec.begin_batch(batch)
+                self._lt.record(S.EV_DISPATCH, t0, self._lotus_t0 - t0, batch, S.NO_ID, -1)
+            except Exception as exc:
+                self._lt.fail("dispatch", exc)
+        return index
+
     def _next_data(self):
         lt = self._lt
         swap = self._lotus_swap
-        if not lt.on or swap is None:
+        self._lotus_active = lt.on and swap is not None
+        if not self._lotus_active:
             return self._lotus_unwrap(super()._next_data())[0]
         rec = self._lotus_rec
-        batch = self._num_yielded
-        rec.epoch = lt.epoch
-        t0 = rec.begin_batch(batch)
+        self._lotus_t0 = None
         try:
             with swap:
                 data = super()._next_data()
-        except StopIteration:
-            if rec.itt is not None:
-                rec.itt.end()
-            raise
-        except BaseException:
-            if rec.itt is not None:
-                rec.itt.end()
-            rec.rec(S.EV_FETCH, t0, mono() - t0, batch, S.NO_ID, S.FETCH_ERROR)
+        except BaseException as exc:
+            t0 = self._lotus_t0
+            if t0 is not None:  # a batch was opened: close it (the error is the user's, re-raised)
+                if rec.itt is not None:
+                    rec.itt.end()
+                if not isinstance(exc, StopIteration):
+                    rec.rec(S.EV_FETCH, t0, mono() - t0, rec.batch, S.NO_ID, S.FETCH_ERROR)
             raise
         t1 = mono()
         data, p0, p1 = self._lotus_unwrap(data)
         try:
-            rec.end_batch(t0, 0, p0 or t1)
-            lt.record(S.EV_DISPATCH, t0, 0, batch, S.NO_ID, -1)
-            self._lotus_last = (batch, False, p0, p1)
+            rec.end_batch(self._lotus_t0, 0, p0 or t1)
+            self._lotus_last = (rec.batch, False, p0, p1)
         except Exception as exc:
             lt.fail("fetch", exc)
         return data

@@ -75,16 +75,22 @@ class LoaderTrace:
 
     def maybe_flush(self, now_ns: int) -> None:
         self.w.maybe_flush(now_ns)
-        self.on = self.on and self.w.ok
+        if not self.w.ok:
+            self._off()
 
     def flush(self) -> None:
         self.w.flush()
-        self.on = self.on and self.w.ok
+        if not self.w.ok:
+            self._off()
 
-    def fail(self, where: str, exc: BaseException) -> None:
+    def _off(self) -> None:
         self.on = False
         if self._rec is not None:
             self._rec.on = False
+        self.w.buf = bytearray()
+
+    def fail(self, where: str, exc: BaseException) -> None:
+        self._off()
         warn_once(f"loader:{where}", f"lotus: tracing of this DataLoader stopped ({where}: {exc!r}); "
                   "training continues untraced")
 

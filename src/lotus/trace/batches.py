@@ -66,32 +66,47 @@ def batches_from_events(events):
     """Pure function: the events DataFrame -> the batches DataFrame (one row per batch)."""
     import pandas as pd
 
-    names = events["name"]
+    import numpy as np
+
+    wanted = [*_PARTS, *_SUMS, "sample", "load"]
+    name_cat = events["name"].array
+    codes = np.asarray(name_cat.codes)
+    lookup = {str(c): i for i, c in enumerate(name_cat.categories)}
     has_batch = events["batch_id"].to_numpy() >= 0
-    ev = events.loc[has_batch & names.isin(list(_PARTS) + list(_SUMS) + ["sample", "load"]).to_numpy(),
-                    [*KEY, "name", "worker_id", "pid", "start_ns", "dur_ns", "arg"]]
-    ev = ev.assign(name=ev["name"].astype(str))
+    cols = [*KEY, "worker_id", "pid", "start_ns", "dur_ns", "arg"]
     frames = []
-    for name, cols in _PARTS.items():
-        part = ev.loc[ev["name"] == name, KEY + list(cols)]
-        if part.empty:
+
+    def rows(name):
+        code = lookup.get(name)
+        if code is None:
+            return None
+        mask = (codes == code) & has_batch
+        if not mask.any():
+            return None
+        return events.loc[mask, cols]
+
+    for name, mapping in _PARTS.items():
+        part = rows(name)
+        if part is None:
             continue
+        part = part[KEY + list(mapping)]
         dup = part.duplicated(KEY)
         if dup.any():
             _log.warning("%s: %d duplicate '%s' events for the same batch key ignored",
                          events.attrs.get("path", "trace"), int(dup.sum()), name)
             part = part[~dup]
-        frames.append(part.rename(columns=cols).set_index(KEY))
+        # nullable before the outer join: int64 -> float64 would lose nanoseconds
+        frames.append(part.rename(columns=mapping).set_index(KEY).astype("Int64"))
     for name, col in _SUMS.items():
-        part = ev.loc[ev["name"] == name]
-        if not part.empty:
-            frames.append(part.groupby(KEY)["dur_ns"].sum().rename(col).to_frame())
+        part = rows(name)
+        if part is not None:
+            frames.append(part.groupby(KEY)["dur_ns"].sum().rename(col).astype("Int64").to_frame())
             if name == "collate":
-                frames.append(part.groupby(KEY)["arg"].max().rename("_collate_n").to_frame())
+                frames.append(part.groupby(KEY)["arg"].max().rename("_collate_n").astype("Int64").to_frame())
     for name in ("sample", "load"):
-        part = ev.loc[ev["name"] == name]
-        if not part.empty:
-            frames.append(part.groupby(KEY).size().rename(f"_n_{name}").to_frame())
+        part = rows(name)
+        if part is not None:
+            frames.append(part.groupby(KEY).size().rename(f"_n_{name}").astype("Int64").to_frame())
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype="Int64") for c in BATCH_COLUMNS})
     df = frames[0].join(frames[1:], how="outer") if len(frames) > 1 else frames[0]
@@ -113,11 +128,11 @@ def batches_from_events(events):
     out["collate_dur_ns"] = col("collate_dur_ns").astype("Int64")
     out["put_dur_ns"] = col("put_dur_ns").astype("Int64")
     flags = col("_fetch_flags").astype("Int64")
-    out["failed"] = (flags.fillna(0) & 1).astype(bool)
+    out["failed"] = (flags.fillna(0).clip(lower=0) & 1).astype(bool)  # -1: no flags (original logs)
     for c in ("arrive_ns", "pin_start_ns", "pin_dur_ns", "wait_start_ns", "wait_dur_ns"):
         out[c] = col(c).astype("Int64")
     wflags = col("_wait_flags").astype("Int64")
-    out["buffered"] = (wflags & 1).astype("boolean")
+    out["buffered"] = (wflags.where(wflags >= 0) & 1).astype("boolean")
     out["consumed_ns"] = col("consumed_ns").astype("Int64")
     out["step_dur_ns"] = col("step_dur_ns").astype("Int64")
     out["delay_ns"] = out["consumed_ns"] - out["prep_end_ns"]

@@ -32,7 +32,7 @@ from lotus.errors import InputError
 from lotus.trace import schema as S
 from lotus.trace.discover import Run, find_run
 from lotus.trace.native import RECORD_DTYPE, read_header
-from lotus.trace.original import read_original_log
+from lotus.trace.original import PLACEHOLDER_WAIT_NS, read_original_log, release_freed_memory
 
 _log = logging.getLogger("lotus.trace")
 _CHUNK_RECORDS = 1 << 20
@@ -42,14 +42,27 @@ EVENT_COLUMNS = ["name", "cat", "start_ns", "dur_ns", "pid", "role", "worker_id"
 _ROLES = ["main", "worker"]
 
 
+# dtype of every column the accumulator builds (codes first, then the DataFrame's integer columns)
+_DTYPES = {"code": np.int32, "start_ns": np.int64, "dur_ns": np.int64, "pid": np.int32, "role": np.int8,
+           "worker_id": np.int32, "rank": np.int32, "loader": np.int32, "epoch": np.int32,
+           "batch_id": np.int64, "sample": np.int64, "arg": np.int64}
+
+
 @dataclass
 class _Acc:
-    """Column arrays accumulated over files, plus the run's name table."""
+    """Column parts accumulated over files, plus the run's name table.
+
+    Memory is bounded: a part is either an array or a scalar (a value constant over a file or chunk,
+    such as its pid, rank or epoch); :meth:`column` concatenates one column at a time and drops its
+    parts as it goes, and a column constant over the whole run becomes a read-only broadcast view
+    (no memory per row). Peak memory is thus about the final DataFrame plus one column.
+    """
 
     names: list[str] = field(default_factory=lambda: [e.name for e in S.BUILTIN_EVENTS])
     cats: list[str] = field(default_factory=lambda: [e.cat for e in S.BUILTIN_EVENTS])
     index: dict[tuple[str, str], int] = field(default_factory=dict)
-    parts: list[dict[str, np.ndarray]] = field(default_factory=list)
+    parts: dict[str, list] = field(default_factory=lambda: {c: [] for c in _DTYPES})
+    lengths: list[int] = field(default_factory=list)
     files: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -63,6 +76,44 @@ class _Acc:
             self.names.append(name)
             self.cats.append(cat)
         return i
+
+    @property
+    def n(self) -> int:
+        return sum(self.lengths)
+
+    def add(self, n: int, **cols) -> None:
+        """One part of ``n`` rows: every column as an array of length ``n`` or a scalar."""
+        if n == 0:
+            return
+        self.lengths.append(n)
+        for c in _DTYPES:
+            v = cols[c]
+            if isinstance(v, np.ndarray):
+                if len(v) and v[0] == v[-1] and (v == v[0]).all():
+                    v = v[0].item()  # constant over the part: keep one value
+                else:  # a contiguous copy: never keep a whole record chunk alive through a field view
+                    v = np.ascontiguousarray(v, dtype=_DTYPES[c])
+            self.parts[c].append(v)
+
+    def has_code(self, code: int) -> bool:
+        return any(np.any(p == code) for p in self.parts["code"])
+
+    def column(self, name: str) -> np.ndarray:
+        """The concatenated column; its parts are released."""
+        parts, dtype, n = self.parts[name], _DTYPES[name], self.n
+        self.parts[name] = []
+        if not any(isinstance(p, np.ndarray) for p in parts) and len(set(parts)) <= 1:
+            return np.broadcast_to(np.array(parts[0] if parts else 0, dtype), (n,))
+        if len(parts) == 1:
+            return parts[0]
+        out = np.empty(n, dtype)
+        pos = 0
+        for i, length in enumerate(self.lengths):
+            out[pos: pos + length] = parts[i]
+            parts[i] = None
+            pos += length
+        release_freed_memory()
+        return out
 
 
 def _native_file(acc: _Acc, path: Path, offsets: dict[str, int]) -> None:
@@ -79,7 +130,9 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int]) -> None:
     defines: dict[tuple[int, int], list[bytes]] = {}
     clean = False
     n_events = 0
-    cols = {c: [] for c in ("code", "start_ns", "dur_ns", "loader", "epoch", "batch_id", "sample", "arg")}
+    role = header.get("role", "main")
+    consts = {"pid": int(header.get("pid", -1)), "role": _ROLES.index(role) if role in _ROLES else 0,
+              "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0))}
     with open(path, "rb") as f:
         f.seek(offset)
         remaining = n
@@ -118,20 +171,11 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int]) -> None:
                     _log.warning("%s: event id %d is not defined in this file%s; kept as 'unknown:%d'",
                                  path, bad, "" if nm is None else f" ({nm.name})", bad)
                 code = lut[ids]
-            cols["code"].append(code)
-            cols["start_ns"].append(arr["start_ns"] + shift)
-            for c in ("dur_ns", "batch_id", "sample", "arg"):
-                cols[c].append(np.ascontiguousarray(arr[c]))
-            cols["loader"].append(arr["loader"].astype(np.int32))
-            cols["epoch"].append(np.ascontiguousarray(arr["epoch"]))
+            acc.add(len(arr), code=code, start_ns=arr["start_ns"] + shift, dur_ns=arr["dur_ns"],
+                    batch_id=arr["batch_id"], sample=arr["sample"], arg=arr["arg"], loader=arr["loader"],
+                    epoch=arr["epoch"], **consts)
             n_events += len(arr)
-    part = {c: (np.concatenate(v) if len(v) != 1 else v[0]) if v else np.empty(0, np.int64) for c, v in cols.items()}
-    role = header.get("role", "main")
-    part["pid"] = np.full(n_events, int(header.get("pid", -1)), np.int32)
-    part["role"] = np.full(n_events, _ROLES.index(role) if role in _ROLES else 0, np.int8)
-    part["worker_id"] = np.full(n_events, int(header.get("worker_id", -1)), np.int32)
-    part["rank"] = np.full(n_events, int(header.get("rank", 0)), np.int32)
-    acc.parts.append(part)
+            del arr, ids, code
     loaders = {}
     for (ns, key), chunks in defines.items():
         if ns == S.NS_LOADER:
@@ -153,28 +197,20 @@ def _original_file(acc: _Acc, path: Path, worker_ids: dict[int, int]) -> None:
     log = read_original_log(path)
     n = len(log.code)
     lut = np.array([acc.code(nm, c) for nm, c in zip(log.names, log.cats, strict=True)] or [0], np.int32)
-    wait_code = log.names.index("wait") if "wait" in log.names else -1
-    dur = log.dur_ns.copy()
-    arg = np.full(n, -1, np.int64)
-    consumed_code = log.names.index("consumed") if "consumed" in log.names else -1
-    if consumed_code >= 0:
-        dur[log.code == consumed_code] = 0  # the original duration is a placeholder
-    if wait_code >= 0:
-        is_wait = log.code == wait_code
-        arg[is_wait] = np.where(log.dur_ns[is_wait] == 1000, S.WAIT_BUFFERED, 0)
-    part = {
-        "code": lut[log.code] if n else np.empty(0, np.int32),
-        "start_ns": log.start_ns, "dur_ns": dur,
-        "loader": np.zeros(n, np.int32), "epoch": np.zeros(n, np.int32),
-        "batch_id": log.batch_id, "sample": np.full(n, -1, np.int64), "arg": arg,
-        "pid": np.full(n, log.pid, np.int32),
-        "role": np.full(n, _ROLES.index(log.role), np.int8),
-        "worker_id": np.full(n, worker_ids.get(log.pid, -1), np.int32),
-        "rank": np.zeros(n, np.int32),
-    }
-    acc.parts.append(part)
+    dur = log.dur_ns
+    arg: np.ndarray | int = -1
+    if "consumed" in log.names:  # the original duration is a placeholder
+        dur = np.where(log.code == log.names.index("consumed"), 0, dur)
+    if "wait" in log.names:
+        is_wait = log.code == log.names.index("wait")
+        arg = np.full(n, -1, np.int64)
+        arg[is_wait] = np.where(dur[is_wait] == PLACEHOLDER_WAIT_NS, S.WAIT_BUFFERED, 0)
+    worker_id = worker_ids.get(log.pid, -1)
+    acc.add(n, code=lut[log.code] if n else np.empty(0, np.int32), start_ns=log.start_ns, dur_ns=dur,
+            batch_id=log.batch_id, sample=-1, arg=arg, loader=0, epoch=0, pid=log.pid,
+            role=_ROLES.index(log.role), worker_id=worker_id, rank=0)
     acc.files.append({"path": str(path), "format": "lotustrace-2023", "role": log.role, "pid": log.pid,
-                      "rank": 0, "worker_id": worker_ids.get(log.pid, -1), "events": n, "clean_close": None})
+                      "rank": 0, "worker_id": worker_id, "events": n, "clean_close": None})
 
 
 def clock_offsets(paths: list[Path]) -> dict[str, int]:
@@ -213,45 +249,39 @@ def events_of_run(run: Run, *, sort: bool = False):
         worker_ids = {pid: i for i, pid in enumerate(pids)}
         for p in run.original:
             _original_file(acc, p, worker_ids)
-    if not acc.parts:
+    if not acc.files:
         raise InputError("no readable trace file", run.path)
     if not any(f["role"] == "main" for f in acc.files):
         _log.warning("%s: no main-process file: waits and consumption unknown (worker files only)", run.path)
-    if not any(f["role"] == "worker" for f in acc.files) and not any(
-        len(p["code"]) and (p["code"] == S.EV_FETCH).any() for p in acc.parts
-    ):
+    if not any(f["role"] == "worker" for f in acc.files) and not acc.has_code(S.EV_FETCH):
         _log.warning("%s: no worker file and no in-process preprocessing: preprocessing unknown", run.path)
 
+    # One column at a time, so that peak memory stays near the size of the result.
+    order = None
+    if sort:
+        start = acc.column("start_ns")
+        order = np.argsort(start, kind="stable")
+        acc.parts["start_ns"] = [start]
+
     def cat(col: str) -> np.ndarray:
-        arrays = [p[col] for p in acc.parts]
-        return np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+        arr = acc.column(col)
+        if order is not None and arr.strides != (0,):
+            arr = arr[order]
+        return arr
 
     code = cat("code")
     cat_names = sorted(set(acc.cats))
     cat_of_code = np.array([cat_names.index(c) for c in acc.cats], np.int8)
-    df = pd.DataFrame(
-        {
-            "name": pd.Categorical.from_codes(code, categories=_unique_labels(acc.names)),
-            "cat": pd.Categorical.from_codes(cat_of_code[code], categories=cat_names),
-            "start_ns": cat("start_ns"),
-            "dur_ns": cat("dur_ns"),
-            "pid": cat("pid"),
-            "role": pd.Categorical.from_codes(cat("role"), categories=_ROLES),
-            "worker_id": cat("worker_id"),
-            "rank": cat("rank"),
-            "loader": cat("loader"),
-            "epoch": cat("epoch"),
-            "batch_id": cat("batch_id"),
-            "sample": cat("sample"),
-            "arg": cat("arg"),
-        },
-        copy=False,
-    )
+    name = pd.Categorical.from_codes(code, categories=_unique_labels(acc.names))
+    category = pd.Categorical.from_codes(cat_of_code[code], categories=cat_names)
+    del code
+    columns = {"name": name, "cat": category}
+    for c in EVENT_COLUMNS[2:]:
+        columns[c] = pd.Categorical.from_codes(cat(c), categories=_ROLES) if c == "role" else cat(c)
+    df = pd.DataFrame(columns, copy=False)
     df.attrs["run"] = run.name
     df.attrs["path"] = str(run.path)
     df.attrs["files"] = acc.files
-    if sort:
-        df = df.sort_values("start_ns", kind="stable", ignore_index=True)
     return df
 
 

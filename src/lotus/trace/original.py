@@ -57,7 +57,7 @@ def is_original_log(path: str | os.PathLike) -> bool:
     return p.is_file() and ORIGINAL_NAME.match(p.name) is not None
 
 
-def _parse_fast(path: Path):
+def _parse_fast(source):
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -68,13 +68,18 @@ def _parse_fast(path: Path):
         return "skip"
 
     table = pacsv.read_csv(
-        path,
-        read_options=pacsv.ReadOptions(column_names=["name", "start", "dur"], block_size=8 << 20),
+        source,
+        # One thread: per-thread malloc arenas would keep the parse's transient memory after it ends
+        # (2 cores parse a 200 MB log set in about a second either way).
+        read_options=pacsv.ReadOptions(column_names=["name", "start", "dur"], block_size=4 << 20,
+                                       use_threads=False),
         parse_options=pacsv.ParseOptions(invalid_row_handler=on_bad),
         convert_options=pacsv.ConvertOptions(
             column_types={"name": pa.dictionary(pa.int32(), pa.string()), "start": pa.int64(), "dur": pa.int64()},
             strings_can_be_null=False,
         ),
+        # malloc, not arrow's caching pool: what the parse frees goes back for numpy to reuse
+        memory_pool=pa.system_memory_pool(),
     )
     if bad:
         raise ValueError("malformed rows")
@@ -85,35 +90,54 @@ def _parse_fast(path: Path):
     codes = names.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
     start = table.column("start").to_numpy()
     dur = table.column("dur").to_numpy()
+    del table, names
+    release_freed_memory()
     return categories, codes, start, dur
 
 
-def _parse_slow(path: Path):
+def release_freed_memory() -> None:
+    """Hand memory freed by a large parse back to the OS (glibc keeps it otherwise); no-op elsewhere."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        _malloc_trim = False
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            pass
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
+
+
+def _parse_slow(data: bytes, path: Path):
     """Line by line: every bad line is reported with its number and skipped; the rest is kept."""
     categories: dict[str, int] = {}
     codes, starts, durs = [], [], []
     n_bad = 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            parts = line.split(",")
-            try:
-                if len(parts) != 3:
-                    raise ValueError(f"expected NAME,START_NS,DUR_NS, got {len(parts)} fields")
-                name = parts[0].strip()
-                start, dur = int(parts[1]), int(parts[2])
-                if not name:
-                    raise ValueError("empty event name")
-            except ValueError as exc:
-                n_bad += 1
-                if n_bad <= 5:
-                    _log.warning("%s:%d: %s; line skipped", path, lineno, exc)
-                continue
-            codes.append(categories.setdefault(name, len(categories)))
-            starts.append(start)
-            durs.append(dur)
+    for lineno, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        parts = line.split(",")
+        try:
+            if len(parts) != 3:
+                raise ValueError(f"expected NAME,START_NS,DUR_NS, got {len(parts)} fields")
+            name = parts[0].strip()
+            start, dur = int(parts[1]), int(parts[2])
+            if not name:
+                raise ValueError("empty event name")
+        except ValueError as exc:
+            n_bad += 1
+            if n_bad <= 5:
+                _log.warning("%s:%d: %s; line skipped", path, lineno, exc)
+            continue
+        codes.append(categories.setdefault(name, len(categories)))
+        starts.append(start)
+        durs.append(dur)
     if n_bad > 5:
         _log.warning("%s: %d malformed lines skipped in all", path, n_bad)
     return (list(categories), np.asarray(codes, np.int32), np.asarray(starts, np.int64),
@@ -139,14 +163,20 @@ def read_original_log(path: str | os.PathLike) -> OriginalLog:
         _log.warning("%s: empty log", p)
         empty = np.empty(0, np.int64)
         return OriginalLog(p, role, pid, [], [], np.empty(0, np.int32), empty, empty, empty)
-    try:
-        raw_names, codes, start, dur = _parse_fast(p)
-    except Exception:
-        raw_names, codes, start, dur = _parse_slow(p)
-    if len(codes) and not _ends_with_newline(p):
+    source: Path | bytes = p
+    if not _ends_with_newline(p):
         # A crashed writer can cut the last line anywhere, even between digits: do not trust it.
-        _log.warning("%s:%d: last line has no newline (truncated by a crash?); dropped", p, len(codes))
-        codes, start, dur = codes[:-1], start[:-1], dur[:-1]
+        data = p.read_bytes()
+        cut = data.rfind(b"\n") + 1
+        _log.warning("%s:%d: last line has no newline (truncated by a crash?); dropped",
+                     p, data.count(b"\n", 0, cut) + 1)
+        source = data[:cut]
+    try:
+        import pyarrow as pa
+
+        raw_names, codes, start, dur = _parse_fast(pa.BufferReader(source) if isinstance(source, bytes) else source)
+    except Exception:
+        raw_names, codes, start, dur = _parse_slow(source if isinstance(source, bytes) else p.read_bytes(), p)
 
     # Decode the few distinct names once, then map codes vectorised.
     names: list[str] = []
@@ -178,9 +208,8 @@ def read_original_log(path: str | os.PathLike) -> OriginalLog:
     if "fetch" in name_index and len(code):
         # Per-sample and collation lines belong to the batch whose marker follows them.
         marker_pos = np.flatnonzero(code == name_index["fetch"])
-        unknown = batch_id < 0
-        nxt = np.searchsorted(marker_pos, np.flatnonzero(unknown))
-        ids = np.append(batch_id[marker_pos], -1)
-        batch_id = batch_id.copy()
-        batch_id[unknown] = ids[nxt]
+        seg = np.diff(np.concatenate([[-1], marker_pos, [len(code) - 1]]))
+        following = np.repeat(np.append(batch_id[marker_pos], -1), seg)
+        np.copyto(batch_id, following, where=batch_id < 0)
+        del following
     return OriginalLog(p, role, pid, names, cats, code, start, dur, batch_id)

@@ -1,0 +1,174 @@
+"""Preprocessing statistics: batch preprocessing time and per-op times, in milliseconds.
+
+``preprocessing_stats(batches)`` describes the batch preprocessing time (``prep_dur_ns``: a worker's
+``fetch``, i.e. the original ``SBatchPreprocessed``); ``op_stats(events)`` describes every op per call:
+``load`` (the study's "Loader", per sample), each transform op (per sample), ``transform`` and
+``sample`` totals (per sample) and ``collate`` (the study's "Collation", per batch).
+
+Each description has the keys of :data:`STAT_KEYS`: count, sum, mean, population std, std as % of the
+mean, min, max, median, p25, p75, IQR, p90, p99 (percentiles with linear interpolation, as numpy and
+pandas compute them).
+
+Outliers (``remove_outliers=True``) follow the original Lotus rule: batches whose preprocessing time
+is below ``q1 - 2 * IQR`` are dropped (meant for the last, partial batch of an epoch); their ops go
+with them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+_log = logging.getLogger("lotus.analysis")
+
+STAT_KEYS = ("count", "sum", "mean", "std", "std_pct", "min", "max", "median", "p25", "p75", "iqr", "p90", "p99")
+KEY = ["rank", "loader", "epoch", "batch_id"]
+# built-in per-sample / per-batch parts of preprocessing, in pipeline order around the ops
+LEAD_OPS = ("load",)
+TAIL_OPS = ("transform", "sample", "collate")
+
+
+def describe_ms(values_ns) -> dict[str, float | int | None]:
+    """Statistics (ms) of durations in ns; NaN/NA values are ignored. Empty input: count 0, rest None."""
+    arr = np.asarray(values_ns, dtype=np.float64)
+    arr = arr[~np.isnan(arr)] / 1e6
+    if arr.size == 0:
+        return {k: (0 if k == "count" else None) for k in STAT_KEYS}
+    p25, median, p75, p90, p99 = np.percentile(arr, [25, 50, 75, 90, 99])
+    mean = float(arr.mean())
+    std = float(arr.std())
+    return {
+        "count": int(arr.size), "sum": float(arr.sum()), "mean": mean, "std": std,
+        "std_pct": float(std / mean * 100) if mean else None,
+        "min": float(arr.min()), "max": float(arr.max()), "median": float(median),
+        "p25": float(p25), "p75": float(p75), "iqr": float(p75 - p25), "p90": float(p90), "p99": float(p99),
+    }
+
+
+def outlier_floor_ns(values_ns) -> float | None:
+    """The original rule's lower fence: ``q1 - 2 * IQR`` (None for fewer than 4 values)."""
+    arr = np.asarray(values_ns, dtype=np.float64)
+    arr = arr[~np.isnan(arr)]
+    if arr.size < 4:
+        return None
+    q1, q3 = np.percentile(arr, [25, 75])
+    return float(q1 - 2 * (q3 - q1))
+
+
+def prepared(batches):
+    """Batches with a known preprocessing time."""
+    return batches[batches["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False)]
+
+
+def split_outliers(batches):
+    """(kept, dropped) batches of the original outlier rule, applied to ``prep_dur_ns``."""
+    b = prepared(batches)
+    dur = b["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    floor = outlier_floor_ns(dur)
+    if floor is None:
+        return b, b.iloc[:0]
+    low = dur < floor
+    if low.any():
+        _log.info("%d batch(es) below q1 - 2*IQR (%.1f ms) dropped as outliers", int(low.sum()), floor / 1e6)
+    return b[~low], b[low]
+
+
+def preprocessing_stats(batches, *, remove_outliers: bool = False, by: str | None = None) -> dict:
+    """Statistics (ms) of batch preprocessing time; ``by`` (e.g. ``"rank"``) gives one per group."""
+    b = split_outliers(batches)[0] if remove_outliers else prepared(batches)
+    if by is None:
+        return describe_ms(b["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan))
+    return {_plain(k): describe_ms(g["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan))
+            for k, g in b.groupby(by, sort=True)}
+
+
+def op_names(events) -> list[str]:
+    """Ops present in ``events``, in pipeline order: load, transform ops (by first occurrence), transform,
+    sample, collate."""
+    cat = events["name"].array
+    codes = np.asarray(cat.codes)
+    if codes.size == 0:
+        return []
+    present, first = np.unique(codes, return_index=True)
+    labels = list(cat.categories)
+    first_cat = np.asarray(events["cat"].array.take(first))
+    found = {labels[c]: i for c, i in zip(present.tolist(), first.tolist(), strict=True)}
+    is_op = {labels[c] for c, k in zip(present.tolist(), first_cat, strict=True) if k == "op"}
+    ops = sorted((i, n) for n, i in found.items() if n in is_op)
+    return ([n for n in LEAD_OPS if n in found] + [n for _, n in ops] + [n for n in TAIL_OPS if n in found])
+
+
+def op_durations(events, *, exclude=None) -> dict[str, np.ndarray]:
+    """Durations (ns) per op, in pipeline order. ``exclude``: batches (rows with the batch key) to leave out."""
+    names = op_names(events)
+    if not names:
+        return {}
+    cat = events["name"].array
+    codes = np.asarray(cat.codes)
+    lookup = {n: i for i, n in enumerate(cat.categories)}
+    dur = events["dur_ns"].to_numpy()
+    keep = None
+    if exclude is not None and len(exclude):
+        keep = ~_rows_of_batches(events, exclude)
+    out = {}
+    for n in names:
+        mask = codes == lookup[n]
+        if keep is not None:
+            mask &= keep
+        out[n] = dur[mask]
+    return out
+
+
+def _rows_of_batches(events, batches) -> np.ndarray:
+    """Boolean mask of the events that belong to one of ``batches`` (matched on the batch key)."""
+    import pandas as pd
+
+    ids = batches["batch_id"].to_numpy()
+    cand = np.flatnonzero(np.isin(events["batch_id"].to_numpy(), ids))
+    mask = np.zeros(len(events), bool)
+    if cand.size:
+        sub = events.iloc[cand]
+        idx = pd.MultiIndex.from_arrays([sub[k].to_numpy(np.int64) for k in KEY])
+        want = pd.MultiIndex.from_arrays([batches[k].to_numpy(np.int64) for k in KEY])
+        mask[cand[idx.isin(want)]] = True
+    return mask
+
+
+def op_stats(events, *, exclude=None) -> dict[str, dict]:
+    """Statistics (ms per call) of every op, in pipeline order (see the module doc)."""
+    return {n: describe_ms(d) for n, d in op_durations(events, exclude=exclude).items()}
+
+
+def op_totals_s(events) -> dict[str, float]:
+    """CPU seconds spent in each op (sum of durations), pipeline order."""
+    return {n: float(d.sum()) / 1e9 for n, d in op_durations(events).items()}
+
+
+def config_stats(events, batches, *, remove_outliers: bool = False) -> dict:
+    """``{"batch_preprocessing_ms": {...}, "ops_ms": {op: {...}}, "outliers_removed": n}`` of one run."""
+    if remove_outliers:
+        kept, dropped = split_outliers(batches)
+    else:
+        kept, dropped = prepared(batches), batches.iloc[:0]
+    return {
+        "batch_preprocessing_ms": describe_ms(kept["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)),
+        "ops_ms": op_stats(events, exclude=dropped if len(dropped) else None),
+        "outliers_removed": len(dropped),
+    }
+
+
+def stats_table(stats_by_config: dict[str, dict]):
+    """Long table of :func:`config_stats` results: one row per (config, what, name)."""
+    import pandas as pd
+
+    rows = []
+    for cfg, st in stats_by_config.items():
+        rows.append({"config": cfg, "what": "batch", "name": "batch preprocessing", **st["batch_preprocessing_ms"]})
+        for op, d in st["ops_ms"].items():
+            rows.append({"config": cfg, "what": "op", "name": op, **d})
+    return pd.DataFrame(rows, columns=["config", "what", "name", *STAT_KEYS])
+
+
+def _plain(v):
+    return v.item() if hasattr(v, "item") else v

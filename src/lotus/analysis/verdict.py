@@ -1,0 +1,233 @@
+"""The verdict: is the input pipeline the bottleneck, where, and what to change.
+
+* Training-loop time of a (rank, loader, epoch): from the first wait start to the last ``consumed``.
+  Wait share = sum of waits / sum of loop times (ranks merged; ``per_rank`` breaks it down).
+  Class: < 5 % ``fine``, 5-20 % ``input-bound``, > 20 % ``severely input-bound``; ``unknown`` for
+  runs without wait events.
+* Slowest op: the part of preprocessing (load, a transform op, collate) with the largest total time,
+  with its share of all batch preprocessing time.
+* Worker utilisation: sum of a worker's batch preprocessing (``fetch``) durations / span of the epoch
+  (first dispatch, wait or preprocessing start to last consumption or preprocessing end), summed
+  over epochs.
+* Suggestions: concrete changes (more workers, ``in_order=False``, ``persistent_workers=True``,
+  ``prefetch_factor``, a cheaper op), each with the evidence behind it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lotus.analysis.stats import op_durations
+from lotus.analysis.wait import wait_stats
+
+GROUP = ["rank", "loader", "epoch"]
+FINE, INPUT_BOUND, SEVERE, UNKNOWN = "fine", "input-bound", "severely input-bound", "unknown"
+# parts of preprocessing a "slowest op" can be (totals like transform/sample overlap the others)
+_NOT_OPS = {"transform", "sample"}
+_OP_HINTS = {
+    "load": "store smaller or pre-resized images, use a faster decoder (pillow-simd, torchvision.io.decode_jpeg, "
+            "DALI), or cache decoded samples",
+    "collate": "collate less data (uint8 tensors, normalise on the GPU) or a cheaper collate_fn",
+    "RandomResizedCrop": "decode at reduced size before cropping (e.g. PIL draft mode, DALI's fused decode+crop)",
+    "Normalize": "normalise on the GPU after the transfer, in uint8 -> float there",
+    "ToTensor": "use torchvision.transforms.v2.PILToTensor (uint8) and convert on the GPU",
+}
+
+
+def classify(wait_share: float | None) -> str:
+    if wait_share is None or (isinstance(wait_share, float) and math.isnan(wait_share)):
+        return UNKNOWN
+    if wait_share < 0.05:
+        return FINE
+    return INPUT_BOUND if wait_share <= 0.20 else SEVERE
+
+
+def loop_spans(batches):
+    """Per (rank, loader, epoch): training-loop span, total wait and wait share (ns)."""
+    import pandas as pd
+
+    ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
+    b = batches[ok]
+    if b.empty:
+        return pd.DataFrame(columns=[*GROUP, "batches", "start_ns", "end_ns", "span_ns", "wait_ns", "wait_share"])
+    g = b.groupby(GROUP, sort=True)
+    out = pd.DataFrame({
+        "batches": g.size(),
+        "start_ns": g["wait_start_ns"].min().astype("int64"),
+        "end_ns": g["consumed_ns"].max().astype("int64"),
+        "wait_ns": g["wait_dur_ns"].sum().astype("int64"),
+    }).reset_index()
+    out["span_ns"] = out["end_ns"] - out["start_ns"]
+    out["wait_share"] = out["wait_ns"] / out["span_ns"].where(out["span_ns"] > 0)
+    return out
+
+
+def epoch_spans(batches):
+    """Per (rank, loader, epoch): span of the epoch (ns) as used for worker utilisation."""
+    import pandas as pd
+
+    cols = ["dispatch_ns", "wait_start_ns", "prep_start_ns", "consumed_ns", "prep_end_ns"]
+    b = batches[[*GROUP, *cols]].copy()
+    for c in cols:
+        b[c] = b[c].astype("Float64")  # NA-aware min/max across columns
+    start = b[["dispatch_ns", "wait_start_ns", "prep_start_ns"]].min(axis=1)
+    end = b[["consumed_ns", "prep_end_ns"]].max(axis=1)
+    t = pd.DataFrame({**{k: b[k] for k in GROUP}, "start": start, "end": end})
+    g = t.groupby(GROUP, sort=True)
+    # exact integers back from the nullable floats via the original columns would be overkill: a span
+    # is a difference of ~1e9, so float64 rounding (<= 256 ns) is irrelevant here
+    out = pd.DataFrame({"start_ns": g["start"].min(), "end_ns": g["end"].max()}).reset_index()
+    out["span_ns"] = (out["end_ns"] - out["start_ns"]).astype("float64")
+    return out
+
+
+def worker_utilisation(batches):
+    """Per (rank, worker_id): busy time (sum of fetch durations), epoch span, busy share, batches."""
+    import pandas as pd
+
+    b = batches[batches["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False)]
+    if b.empty:
+        return pd.DataFrame(columns=["rank", "worker_id", "batches", "busy_ns", "span_ns", "busy_share"])
+    spans = epoch_spans(batches).set_index(GROUP)["span_ns"]
+    b = b.assign(worker_id=b["worker_id"].fillna(-1).astype("int64"))
+    per_epoch = b.groupby(["rank", "worker_id", *GROUP[1:]], sort=True).agg(
+        batches=("batch_id", "size"), busy_ns=("prep_dur_ns", "sum")).reset_index()
+    per_epoch["span_ns"] = [spans.get((r, lo, e), np.nan) for r, lo, e in
+                            zip(per_epoch["rank"], per_epoch["loader"], per_epoch["epoch"], strict=True)]
+    out = per_epoch.groupby(["rank", "worker_id"], sort=True).agg(
+        batches=("batches", "sum"), busy_ns=("busy_ns", "sum"), span_ns=("span_ns", "sum")).reset_index()
+    out["busy_ns"] = out["busy_ns"].astype("float64")
+    out["busy_share"] = out["busy_ns"] / out["span_ns"].where(out["span_ns"] > 0)
+    return out
+
+
+def slowest_ops(events, batches) -> list[dict]:
+    """Parts of preprocessing by total time (largest first): name, calls, mean ms, total s, share."""
+    prep_total = float(batches["prep_dur_ns"].sum(skipna=True) or 0)
+    rows = []
+    for name, d in op_durations(events).items():
+        if name in _NOT_OPS or d.size == 0:
+            continue
+        total = float(d.sum())
+        rows.append({"name": name, "calls": int(d.size), "mean_ms": total / d.size / 1e6, "total_s": total / 1e9,
+                     "share_of_preprocessing": total / prep_total if prep_total else None})
+    return sorted(rows, key=lambda r: -r["total_s"])
+
+
+def _loader_setting(loaders: dict, key: str):
+    values = {d.get(key) for d in loaders.values() if isinstance(d, dict)}
+    return values.pop() if len(values) == 1 else None
+
+
+def verdict(events, batches, *, loaders: dict | None = None) -> dict:
+    """The verdict of one run (see the module doc). ``loaders``: DataLoader descriptions, if known."""
+    loaders = loaders or {}
+    spans = loop_spans(batches)
+    ws = wait_stats(batches)
+    known = bool(ws["known"]) and not spans.empty and float(spans["span_ns"].sum()) > 0
+    loop_ns = float(spans["span_ns"].sum()) if known else None
+    wait_ns = float(spans["wait_ns"].sum()) if known else None
+    share = wait_ns / loop_ns if known else None
+    per_rank = {}
+    if known:
+        for rank, g in spans.groupby("rank", sort=True):
+            s = float(g["span_ns"].sum())
+            per_rank[int(rank)] = {"loop_s": s / 1e9, "wait_s": float(g["wait_ns"].sum()) / 1e9,
+                                   "wait_share": float(g["wait_ns"].sum()) / s if s else None}
+    util = worker_utilisation(batches)
+    workers = {
+        "count": int(len(util)),
+        "mean_busy_share": float(util["busy_share"].mean()) if len(util) else None,
+        "per_worker": {_worker_label(r, w): (None if np.isnan(s) else float(s))
+                       for r, w, s in zip(util["rank"], util["worker_id"], util["busy_share"], strict=True)},
+    }
+    ops = slowest_ops(events, batches)
+    out = {
+        "class": classify(share),
+        "wait_known": known,
+        "wait_share": share,
+        "loop_s": None if loop_ns is None else loop_ns / 1e9,
+        "wait_s": None if wait_ns is None else wait_ns / 1e9,
+        "batches": int(batches["consumed_ns"].notna().sum()),
+        "per_rank": per_rank,
+        "slowest_op": ops[0] if ops else None,
+        "ops": ops,
+        "workers": workers,
+        "head_of_line": ws.get("head_of_line"),
+        "settings": {k: _loader_setting(loaders, k) for k in
+                     ("num_workers", "prefetch_factor", "persistent_workers", "in_order", "pin_memory",
+                      "batch_size")},
+    }
+    out["suggestions"] = suggestions(out, spans, batches)
+    return out
+
+
+def _worker_label(rank: int, worker: int) -> str:
+    return f"r{int(rank)}/{'main' if int(worker) < 0 else 'w' + str(int(worker))}"
+
+
+def _first_batch_wait_ns(batches, spans) -> float:
+    """Wait for the first batch of every epoch after the first (worker start-up of non-persistent workers)."""
+    if spans.empty:
+        return 0.0
+    b = batches[(batches["wait_dur_ns"].notna() & (batches["epoch"] > batches["epoch"].min()))
+                .to_numpy(dtype=bool, na_value=False)]
+    if b.empty:
+        return 0.0
+    first = b.sort_values("consumed_ns").groupby(GROUP, sort=False).head(1)
+    return float(first["wait_dur_ns"].sum())
+
+
+def suggestions(v: dict, spans, batches) -> list[dict]:
+    """Concrete changes, most useful first: ``{"id", "text"}``."""
+    out: list[dict] = []
+    s = v["settings"]
+    cls = v["class"]
+    busy = v["workers"]["mean_busy_share"]
+    n_workers = s.get("num_workers")
+    if n_workers is None:
+        n_workers = len({k for k in v["workers"]["per_worker"] if not k.endswith("/main")}) or None
+    slow = v["slowest_op"]
+    if cls == UNKNOWN:
+        out.append({"id": "trace_wait", "text": "The loop's wait is unknown for this run (no wait events): trace it "
+                    "with lotus.dataloader.DataLoader to know whether the input pipeline holds the GPU back."})
+    elif cls == FINE:
+        out.append({"id": "fine", "text": f"The input pipeline keeps up (the loop waited {v['wait_share']:.1%} of "
+                    "its time): speed up the model/GPU side; more workers will not help."})
+        if busy is not None and busy < 0.5 and n_workers and n_workers > 1:
+            fewer = max(1, math.ceil(n_workers * busy / 0.8))
+            if fewer < n_workers:
+                out.append({"id": "fewer_workers", "text": f"Workers are busy only {busy:.0%} of the time: "
+                            f"num_workers={fewer} (now {n_workers}) would likely keep up and free CPU cores."})
+        return out
+    wait_ns = (v["wait_s"] or 0) * 1e9
+    if cls in (INPUT_BOUND, SEVERE):
+        hol = v.get("head_of_line") or {}
+        if busy is not None and busy >= 0.8 and n_workers:
+            loop_ns = (v["loop_s"] or 0) * 1e9
+            need = math.ceil(n_workers * busy * loop_ns / max(loop_ns - wait_ns, 1))
+            if need > n_workers:
+                out.append({"id": "more_workers", "text": f"Workers are busy {busy:.0%} of the time: use "
+                            f"num_workers={need} (now {n_workers}), if the machine has the CPU cores for them."})
+        elif busy is not None and busy < 0.8:
+            pf = s.get("prefetch_factor")
+            out.append({"id": "prefetch", "text": f"Workers are idle {1 - busy:.0%} of the time while the loop "
+                        "waits: keep more batches in flight (prefetch_factor="
+                        f"{(pf or 2) * 2}{'' if pf is None else f', now {pf}'}) or look for stalls between "
+                        "batches (dispatch, result queue, pinning)."})
+        if hol.get("in_order_false_saving_share", 0) >= 0.05 and s.get("in_order") is not False:
+            out.append({"id": "in_order", "text": f"in_order=False: while the loop waited, later batches were often "
+                        f"ready already; estimated saving {hol['in_order_false_saving_ms'] / 1e3:.3g} s "
+                        f"({hol['in_order_false_saving_share']:.0%} of the wait)."})
+        startup = _first_batch_wait_ns(batches, spans)
+        if wait_ns and startup / wait_ns >= 0.1 and s.get("persistent_workers") is not True:
+            out.append({"id": "persistent_workers", "text": f"persistent_workers=True: restarting workers cost "
+                        f"{startup / 1e9:.3g} s of waiting at the start of epochs ({startup / wait_ns:.0%} of "
+                        "the wait)."})
+    if slow is not None and (slow.get("share_of_preprocessing") or 0) >= 0.25:
+        hint = _OP_HINTS.get(slow["name"], "look for a cheaper implementation, or move it to the GPU")
+        out.append({"id": "cheaper_op", "text": f"Make '{slow['name']}' cheaper: {slow['share_of_preprocessing']:.0%} "
+                    f"of preprocessing time ({slow['mean_ms']:.3g} ms per call); {hint}."})
+    return out

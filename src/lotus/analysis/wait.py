@@ -1,0 +1,180 @@
+"""Wait, delay and head-of-line blocking of the training loop.
+
+*Wait*: how long the training loop blocked in ``next()`` for each batch (``wait_dur_ns``). Batches are
+bucketed: already *buffered* (it had arrived while the loop waited for an earlier one), up to 1 ms
+(ready, only the hand-off), over 1 ms, and over 500 ms (a subset of over 1 ms).
+
+*Delay*: ``consumed - end of preprocessing``: how long a prepared batch sat before the loop took it.
+
+*Head-of-line blocking* (in-order delivery, torch's default): while the loop waits for batch *i*, a
+later batch *j > i* of the same (rank, loader, epoch) may already be ready. ``hol_blocked`` is the
+part of batch *i*'s wait after the first later batch became ready and before batch *i* itself was:
+``max(0, min(wait_end_i, ready_i) - max(wait_start_i, min_{j>i} ready_j))``.
+
+*Estimated saving of* ``in_order=False``: with out-of-order delivery the k-th request of the loop gets
+the k-th batch to become ready. The model replays the loop of each (rank, loader, epoch): the loop's
+own time between two requests (its step) and the hand-off after a batch is ready stay as measured,
+batches become ready when they did, and request k is served at ``max(request_k, sorted_ready[k])``
+instead of ``max(request_k, ready_k)``. Replaying with the measured order reproduces the measured
+waits exactly; the saving is the difference of the total waits. It ignores second-order effects
+(earlier consumption also dispatches later batches earlier), so a pipeline whose workers are the
+bottleneck shows a small saving even when much of its wait was head-of-line blocked: reordering does
+not make the workers faster. ``ready`` is the batch's arrival in the main process (after pinning), or the end
+of its preprocessing where no arrival was recorded (original logs).
+
+Runs without wait events (original logs before ``SBatchWait``) have ``known: False``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lotus.analysis.stats import describe_ms
+
+GROUP = ["rank", "loader", "epoch"]
+MS = 1_000_000
+BUCKETS = (("buffered", "already buffered"), ("up_to_1ms", "1 us - 1 ms"), ("over_1ms", "> 1 ms"),
+           ("over_500ms", "> 500 ms"))
+
+
+def _i64(s) -> np.ndarray:
+    return s.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def waited(batches):
+    """Consumed batches with a known wait, in consumption order per (rank, loader, epoch)."""
+    ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
+    return batches[ok].sort_values([*GROUP, "consumed_ns"], kind="stable")
+
+
+def _rel(series, base: int) -> np.ndarray:
+    # exact int64 difference first: float64 of an epoch-ns timestamp is only good to 256 ns
+    return (series - base).to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def ready_ns(batches, base: int = 0) -> np.ndarray:
+    """When each batch was ready for the loop, ns after ``base`` (float, NaN if unknown): its arrival
+    in the main process (after pinning) where recorded, else the end of preprocessing.
+
+    The main process takes batches off the worker queue only while the loop waits, so an arrival
+    can be late only for a batch that was ready before the loop asked for it anyway."""
+    arrive = _rel(batches["arrive_ns"], base)
+    return np.where(np.isnan(arrive), _rel(batches["prep_end_ns"], base), arrive)
+
+
+def hol_per_batch(batches):
+    """Per-batch head-of-line blocking and the in_order=False model (DataFrame, ns; see the module doc)."""
+    import pandas as pd
+
+    w = waited(batches)
+    out = w[[*GROUP, "batch_id"]].copy()
+    base = int(w["wait_start_ns"].min()) if len(w) else 0
+    ws = _rel(w["wait_start_ns"], base)
+    wd = _i64(w["wait_dur_ns"])
+    ready = ready_ns(w, base)
+    blocked = np.zeros(len(w))
+    ooo_wait = wd.copy()
+    starts = np.flatnonzero(np.r_[True, (w[GROUP].to_numpy()[1:] != w[GROUP].to_numpy()[:-1]).any(axis=1)]) \
+        if len(w) else np.array([], int)
+    bounds = [*starts.tolist(), len(w)]
+    for a, b in zip(bounds[:-1], bounds[1:], strict=False):
+        r = ready[a:b]
+        r_filled = np.where(np.isnan(r), np.inf, r)
+        # earliest ready time among later batches of the group
+        later = np.append(np.minimum.accumulate(r_filled[::-1])[::-1][1:], np.inf)
+        end = ws[a:b] + wd[a:b]
+        own = np.where(np.isnan(r), end, r)  # blocked only while its own batch was not ready yet
+        blocked[a:b] = np.clip(np.minimum(end, own) - np.maximum(ws[a:b], later), 0, wd[a:b])
+        if not np.isnan(r).any():
+            ooo_wait[a:b] = _replay(ws[a:b], wd[a:b], r, np.sort(r))
+    out["wait_ns"] = wd
+    out["hol_blocked_ns"] = blocked
+    out["wait_in_order_false_ns"] = ooo_wait
+    return pd.DataFrame(out).reset_index(drop=True)
+
+
+def _replay(ws: np.ndarray, wd: np.ndarray, ready: np.ndarray, served: np.ndarray) -> np.ndarray:
+    """Waits of the loop if the k-th request were served by a batch ready at ``served[k]``.
+
+    The loop's own time between requests (``gap``) and the hand-off after a batch is ready (``h``)
+    stay as measured: ``u_k = max(t_k, served_k)``, ``consumed_k = u_k + h_k``,
+    ``t_{k+1} = consumed_k + gap_k``; solved in closed form with a running maximum.
+    """
+    h = np.maximum(0.0, wd - np.clip(ready - ws, 0, None))  # hand-off once the batch is ready
+    consumed = ws + wd
+    gap = np.append(ws[1:] - consumed[:-1], 0.0)
+    e = h + gap
+    big_e = np.concatenate([[0.0], np.cumsum(e)[:-1]])
+    v = served - big_e
+    v[0] = max(ws[0], served[0])
+    u = big_e + np.maximum.accumulate(v)
+    t = np.concatenate([[ws[0]], u[:-1] + e[:-1]])
+    return u - t + h
+
+
+def wait_buckets(batches) -> dict[str, float]:
+    """Share of waited batches in each bucket (see :data:`BUCKETS`)."""
+    w = waited(batches)
+    n = len(w)
+    if n == 0:
+        return {k: 0.0 for k, _ in BUCKETS}
+    wd = _i64(w["wait_dur_ns"])
+    buf = w["buffered"].to_numpy(dtype=bool, na_value=False)
+    return {
+        "buffered": float(buf.sum() / n),
+        "up_to_1ms": float((~buf & (wd <= MS)).sum() / n),
+        "over_1ms": float((~buf & (wd > MS)).sum() / n),
+        "over_500ms": float((~buf & (wd > 500 * MS)).sum() / n),
+    }
+
+
+def delay_stats(batches) -> dict:
+    """Statistics (ms) of ``delay = consumed - end of preprocessing``."""
+    return describe_ms(_i64(batches["delay_ns"]))
+
+
+def wait_stats(batches) -> dict:
+    """Wait, delay and head-of-line blocking summary of one run (times in ms, shares in [0, 1])."""
+    w = waited(batches)
+    consumed = int(batches["consumed_ns"].notna().sum())
+    if len(w) == 0:
+        why = ("no main-process wait events (an original log before SBatchWait, or worker files only)"
+               if len(batches) else "no batches")
+        return {"known": False, "reason": why, "batches": consumed, "delay_ms": delay_stats(batches)}
+    hol = hol_per_batch(batches)
+    total_wait = float(hol["wait_ns"].sum())
+    saving = max(0.0, float((hol["wait_ns"] - hol["wait_in_order_false_ns"]).sum()))
+    return {
+        "known": True,
+        "batches": len(w),
+        "buckets": wait_buckets(batches),
+        "wait_ms": describe_ms(_i64(w["wait_dur_ns"])),
+        "delay_ms": delay_stats(batches),
+        "head_of_line": {
+            "blocked_ms": float(hol["hol_blocked_ns"].sum() / MS),
+            "blocked_batches": int((hol["hol_blocked_ns"] > 0).sum()),
+            "blocked_share_of_wait": float(hol["hol_blocked_ns"].sum() / total_wait) if total_wait else 0.0,
+            "in_order_false_saving_ms": saving / MS,
+            "in_order_false_saving_share": saving / total_wait if total_wait else 0.0,
+        },
+    }
+
+
+def wait_table(batches, *, sort: str = "batch_id"):
+    """Per-batch wait/delay rows (ms), sorted by ``batch_id`` (with rank, loader, epoch) or ``duration``."""
+    import pandas as pd
+
+    w = waited(batches)
+    hol = hol_per_batch(batches)
+    t = pd.DataFrame({
+        "rank": w["rank"].to_numpy(), "loader": w["loader"].to_numpy(), "epoch": w["epoch"].to_numpy(),
+        "batch_id": w["batch_id"].to_numpy(),
+        "worker_id": w["worker_id"].to_numpy(dtype=np.float64, na_value=np.nan),
+        "wait_ms": _i64(w["wait_dur_ns"]) / MS,
+        "buffered": w["buffered"].to_numpy(dtype=bool, na_value=False),
+        "delay_ms": _i64(w["delay_ns"]) / MS,
+        "hol_blocked_ms": hol["hol_blocked_ns"].to_numpy() / MS,
+    })
+    if sort == "duration":
+        return t.sort_values("wait_ms", ascending=False, kind="stable", ignore_index=True)
+    return t.sort_values([*GROUP, "batch_id"], kind="stable", ignore_index=True)

@@ -1,0 +1,416 @@
+"""Synthetic traces of a simulated input pipeline, in lotus's format and the original LotusTrace format.
+
+For benchmarks and tests: a small discrete-event model of torch's DataLoader (workers picked round
+robin, ``prefetch_factor`` batches in flight per worker, in-order delivery, a training step of fixed
+mean length) produces every event lotus records, with per-sample load/op times drawn from log-normal
+distributions around the means of the original study (ImageNet, ResNet-18, b128)::
+
+    from lotus.trace.synthetic import PipelineSpec, write_native, write_original
+    spec = PipelineSpec(n_batches=50, n_workers=4, batch_size=32)
+    write_native("runs/synth", spec)          # lotus-r0-main-p....lotustrace + one file per worker/epoch
+    write_original("runs/synth_2023", spec)   # custom_log_{main,worker}_pid_<pid>
+
+Everything is vectorised with numpy (a 5M-event trace is written in a few seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from lotus.trace import schema as S
+
+DEFAULT_OPS_MS = {"RandomResizedCrop": 1.04, "RandomHorizontalFlip": 0.058, "ToTensor": 0.317, "Normalize": 0.211}
+_NATIVE_PER_SAMPLE_FIXED = 3  # sample, load, transform
+_NATIVE_PER_BATCH = 8  # fetch, collate, put; dispatch, wait, consumed, arrive, step
+_ORIGINAL_PER_SAMPLE_FIXED = 2  # SLoader, STransform
+_ORIGINAL_PER_BATCH = 4  # SCollation, SBatchPreprocessed; SBatchWait, SBatchConsumed
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """What to simulate. Times are means; each draw is log-normal with sigma ``jitter``."""
+
+    n_batches: int = 20  # per epoch and rank
+    batch_size: int = 16
+    n_workers: int = 2
+    epochs: int = 1
+    ranks: int = 1
+    load_ms: float = 4.69
+    ops_ms: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_OPS_MS))
+    collate_ms_per_sample: float = 0.39
+    step_ms: float = 30.0
+    prefetch_factor: int = 2
+    jitter: float = 0.25
+    seed: int = 0
+    start_wall_ns: int = 1_700_000_000_000_000_000
+    first_pid: int = 1000
+    straggler_every: int = 0  # every n-th batch (n > 0) is a straggler...
+    straggler_factor: float = 5.0  # ...whose samples take this many times longer
+
+    def native_events(self) -> int:
+        per_batch = self.batch_size * (_NATIVE_PER_SAMPLE_FIXED + len(self.ops_ms)) + _NATIVE_PER_BATCH
+        per_epoch = self.n_batches * per_batch + 2 + 2 * self.n_workers  # epoch and worker markers
+        return per_epoch * self.epochs * self.ranks
+
+    def original_events(self) -> int:
+        per_batch = self.batch_size * (_ORIGINAL_PER_SAMPLE_FIXED + len(self.ops_ms)) + _ORIGINAL_PER_BATCH
+        return self.n_batches * per_batch * self.epochs * self.ranks
+
+
+def spec_for_events(n_events: int, fmt: str = "lotus", **kwargs) -> PipelineSpec:
+    """A spec whose trace holds about ``n_events`` events in format ``fmt`` (``lotus`` or ``original``)."""
+    spec = PipelineSpec(**kwargs)
+    one = replace(spec, n_batches=1)
+    per_batch = one.native_events() if fmt == "lotus" else one.original_events()
+    per_batch_net = per_batch - (2 + 2 * spec.n_workers) * spec.epochs * spec.ranks if fmt == "lotus" else per_batch
+    n = max(1, round(n_events / max(per_batch_net, 1)))
+    return replace(spec, n_batches=n)
+
+
+@dataclass
+class SimEpoch:
+    """Per-batch times (wall-clock ns) and per-sample durations of one simulated (rank, epoch)."""
+
+    rank: int
+    epoch: int
+    worker_of: np.ndarray  # (B,) worker id
+    worker_pids: list[int]
+    main_pid: int
+    epoch_start_ns: int
+    epoch_end_ns: int
+    dispatch_ns: np.ndarray
+    dispatch_dur_ns: np.ndarray
+    prep_start_ns: np.ndarray
+    prep_dur_ns: np.ndarray
+    collate_start_ns: np.ndarray
+    collate_dur_ns: np.ndarray
+    put_dur_ns: np.ndarray
+    arrive_ns: np.ndarray
+    wait_start_ns: np.ndarray
+    wait_dur_ns: np.ndarray
+    buffered: np.ndarray
+    consumed_ns: np.ndarray
+    step_dur_ns: np.ndarray
+    sample_start_ns: np.ndarray  # (B, bs)
+    load_dur_ns: np.ndarray  # (B, bs)
+    op_dur_ns: np.ndarray  # (B, bs, n_ops)
+    worker_start_ns: np.ndarray  # (W,)
+    worker_end_ns: np.ndarray  # (W,)
+
+
+def _draw(rng: np.random.Generator, mean_ms: float, shape, sigma: float) -> np.ndarray:
+    # log-normal with the given mean
+    mu = np.log(max(mean_ms, 1e-6) * 1e6) - sigma * sigma / 2
+    return np.maximum(rng.lognormal(mu, sigma, size=shape), 1).astype(np.int64)
+
+
+def simulate(spec: PipelineSpec) -> list[SimEpoch]:
+    """Run the DataLoader model; one :class:`SimEpoch` per (rank, epoch)."""
+    rng = np.random.default_rng(spec.seed)
+    out = []
+    pid = spec.first_pid
+    bs, nb, nw = spec.batch_size, spec.n_batches, max(spec.n_workers, 1)
+    n_ops = len(spec.ops_ms)
+    gap = 2_000  # ns between consecutive samples / parts
+    for rank in range(spec.ranks):
+        main_pid = pid
+        pid += 1
+        t = spec.start_wall_ns + rank * 137_000  # ranks start nearly together
+        for epoch in range(spec.epochs):
+            load = _draw(rng, spec.load_ms, (nb, bs), spec.jitter)
+            ops = np.stack([_draw(rng, ms, (nb, bs), spec.jitter) for ms in spec.ops_ms.values()], axis=2) \
+                if n_ops else np.zeros((nb, bs, 0), np.int64)
+            if spec.straggler_every > 0:
+                slow = np.arange(nb) % spec.straggler_every == spec.straggler_every - 1
+                load[slow] = (load[slow] * spec.straggler_factor).astype(np.int64)
+                ops[slow] = (ops[slow] * spec.straggler_factor).astype(np.int64)
+            sample_dur = load + ops.sum(axis=2) + gap * (n_ops + 1)
+            offsets = np.zeros((nb, bs), np.int64)
+            offsets[:, 1:] = np.cumsum(sample_dur[:, :-1] + gap, axis=1)
+            collate = _draw(rng, spec.collate_ms_per_sample * bs, nb, spec.jitter)
+            put = _draw(rng, 0.05, nb, spec.jitter)
+            step = _draw(rng, spec.step_ms, nb, spec.jitter / 2)
+            disp_dur = _draw(rng, 0.03, nb, spec.jitter)
+            prep_dur = offsets[:, -1] + sample_dur[:, -1] + gap + collate + gap + put
+            worker_pids = list(range(pid, pid + nw))
+            pid += nw
+            epoch_start = t
+            worker_start = epoch_start + 20_000_000 + np.arange(nw) * 1_500_000  # process start-up
+            free = worker_start.astype(np.int64).copy()
+            inflight = spec.prefetch_factor * nw
+            dispatch = np.zeros(nb, np.int64)
+            cursor = epoch_start + 50_000
+            for i in range(min(nb, inflight)):
+                dispatch[i] = cursor
+                cursor += int(disp_dur[i]) + 1_000
+            prep_start = np.zeros(nb, np.int64)
+            arrive = np.zeros(nb, np.int64)
+            wait_start = np.zeros(nb, np.int64)
+            wait_dur = np.zeros(nb, np.int64)
+            buffered = np.zeros(nb, bool)
+            consumed = np.zeros(nb, np.int64)
+            worker_of = np.arange(nb) % nw
+            t_main = cursor + 10_000
+            for i in range(nb):
+                w = worker_of[i]
+                prep_start[i] = max(dispatch[i] + 40_000, free[w])
+                end = prep_start[i] + prep_dur[i]
+                free[w] = end + 5_000
+                arrive[i] = end + 60_000
+                wait_start[i] = t_main
+                if arrive[i] <= t_main:
+                    buffered[i] = i > 0 and arrive[i] <= consumed[i - 1]
+                    wait_dur[i] = 1_000 + (i * 7919) % 20_000
+                else:
+                    wait_dur[i] = arrive[i] - t_main + 30_000
+                consumed[i] = wait_start[i] + wait_dur[i]
+                nxt = i + inflight
+                if nxt < nb:
+                    dispatch[nxt] = consumed[i] - int(disp_dur[nxt]) - 2_000
+                t_main = consumed[i] + step[i]
+            epoch_end = t_main + 20_000
+            worker_end = np.maximum(free, epoch_end - 1_000_000)
+            out.append(SimEpoch(
+                rank=rank, epoch=epoch, worker_of=worker_of, worker_pids=worker_pids, main_pid=main_pid,
+                epoch_start_ns=int(epoch_start), epoch_end_ns=int(epoch_end), dispatch_ns=dispatch,
+                dispatch_dur_ns=disp_dur, prep_start_ns=prep_start, prep_dur_ns=prep_dur,
+                collate_start_ns=prep_start + offsets[:, -1] + sample_dur[:, -1] + gap, collate_dur_ns=collate,
+                put_dur_ns=put, arrive_ns=arrive, wait_start_ns=wait_start, wait_dur_ns=wait_dur,
+                buffered=buffered, consumed_ns=consumed, step_dur_ns=step,
+                sample_start_ns=prep_start[:, None] + gap + offsets, load_dur_ns=load, op_dur_ns=ops,
+                worker_start_ns=worker_start, worker_end_ns=worker_end,
+            ))
+            t = epoch_end + 200_000_000
+    return out
+
+
+# -- lotus's own format -----------------------------------------------------------------------------
+_MONO_OFFSET_NS = 1_690_000_000_000_000_000  # wall - monotonic of the simulated host
+
+
+def _records(n: int) -> np.ndarray:
+    rec = np.zeros(n, S.RECORD_DTYPE)
+    rec["batch_id"] = -1
+    rec["sample"] = -1
+    return rec
+
+
+def _fill(rec, sl, name_id, epoch, start_wall, dur, batch=-1, sample=-1, arg=0) -> None:
+    rec["name_id"][sl] = name_id
+    rec["epoch"][sl] = epoch
+    rec["start_ns"][sl] = np.asarray(start_wall) - _MONO_OFFSET_NS
+    rec["dur_ns"][sl] = dur
+    rec["batch_id"][sl] = batch
+    rec["sample"][sl] = sample
+    rec["arg"][sl] = arg
+
+
+def _interleave(*cols: np.ndarray) -> np.ndarray:
+    """Columns of equal shape (B,) -> one array of shape (B*k,), row-major: a0 b0 c0 a1 b1 c1 ..."""
+    return np.stack(cols, axis=-1).reshape(-1)
+
+
+def _header(role: str, pid: int, rank: int, world: int, worker_id: int, anchor_wall: int) -> bytes:
+    header = {
+        "format": "lotus-trace", "version": S.FORMAT_VERSION, "role": role, "pid": pid, "rank": rank,
+        "world_size": world, "worker_id": worker_id, "hostname": "synthetic", "boot_id": "synthetic-boot",
+        "anchor_wall_ns": int(anchor_wall), "anchor_mono_ns": int(anchor_wall - _MONO_OFFSET_NS),
+        "clock": "monotonic", "lotus_version": "synthetic", "torch_version": None, "argv": ["synthetic"],
+        "builtin_events": {e.id: e.name for e in S.BUILTIN_EVENTS},
+    }
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return S.PREAMBLE.pack(S.MAGIC, len(raw), S.RECORD_SIZE) + raw
+
+
+def _define(namespace: int, key: int, text: str) -> bytes:
+    raw = text.encode()
+    out = b""
+    for i in range(0, max(len(raw), 1), S.PAYLOAD_BYTES):
+        chunk = raw[i: i + S.PAYLOAD_BYTES].ljust(S.PAYLOAD_BYTES, b"\0")
+        out += S.RECORD.pack(S.CTRL_DEFINE, namespace, key, 0, 0, 0, 0, 0)[:8] + chunk
+    return out
+
+
+def _end(wall_ns: int) -> bytes:
+    return S.RECORD.pack(S.CTRL_END, 0, 0, wall_ns - _MONO_OFFSET_NS, 0, 0, 0, wall_ns)
+
+
+def _write(path: Path, parts: list[bytes | np.ndarray]) -> None:
+    with open(path, "wb") as f:
+        for p in parts:
+            f.write(p if isinstance(p, bytes) else memoryview(np.ascontiguousarray(p)).cast("B"))
+
+
+def _worker_records(spec: PipelineSpec, ep: SimEpoch, w: int) -> np.ndarray:
+    idx = np.flatnonzero(ep.worker_of == w)
+    nb, bs, n_ops = len(idx), spec.batch_size, len(spec.ops_ms)
+    per_sample = _NATIVE_PER_SAMPLE_FIXED + n_ops
+    n = nb * (3 + bs * per_sample) + 2
+    rec = _records(n)
+    # layout per batch: fetch, [sample, load, transform, op...] * bs, collate, put
+    per_batch = 3 + bs * per_sample
+    base = np.arange(nb) * per_batch + 1
+    e = ep.epoch
+    _fill(rec, 0, S.EV_WORKER_START, e, ep.worker_start_ns[w], 0, arg=w)
+    _fill(rec, base, S.EV_FETCH, e, ep.prep_start_ns[idx], ep.prep_dur_ns[idx], idx, -1, 0)
+    sstart = ep.sample_start_ns[idx]  # (nb, bs)
+    load = ep.load_dur_ns[idx]
+    ops = ep.op_dur_ns[idx]
+    tr_start = sstart + load + 2_000
+    tr_dur = ops.sum(axis=2) + 2_000 * max(n_ops - 1, 0)
+    sample_dur = tr_start + tr_dur - sstart
+    batch = np.broadcast_to(idx[:, None], (nb, bs))
+    sample_idx = batch * bs + np.arange(bs)[None, :]
+    s_pos = base[:, None] + 1 + np.arange(bs)[None, :] * per_sample  # (nb, bs)
+    _fill(rec, s_pos.ravel(), S.EV_SAMPLE, e, sstart.ravel(), sample_dur.ravel(), batch.ravel(), sample_idx.ravel())
+    _fill(rec, (s_pos + 1).ravel(), S.EV_LOAD, e, sstart.ravel(), load.ravel(), batch.ravel(), sample_idx.ravel())
+    _fill(rec, (s_pos + 2).ravel(), S.EV_TRANSFORM, e, tr_start.ravel(), tr_dur.ravel(), batch.ravel(),
+          sample_idx.ravel())
+    op_start = tr_start.copy()
+    for k in range(n_ops):
+        _fill(rec, (s_pos + 3 + k).ravel(), S.FIRST_DYNAMIC_ID + k, e, op_start.ravel(), ops[:, :, k].ravel(),
+              batch.ravel(), sample_idx.ravel())
+        op_start = op_start + ops[:, :, k] + 2_000
+    _fill(rec, base + per_batch - 2, S.EV_COLLATE, e, ep.collate_start_ns[idx], ep.collate_dur_ns[idx], idx, -1, bs)
+    put_start = ep.prep_start_ns[idx] + ep.prep_dur_ns[idx] - ep.put_dur_ns[idx]
+    _fill(rec, base + per_batch - 1, S.EV_PUT, e, put_start, ep.put_dur_ns[idx], idx)
+    _fill(rec, n - 1, S.EV_WORKER_END, e, ep.worker_end_ns[w], 0, arg=w)
+    return rec
+
+
+def _main_records(ep: SimEpoch) -> np.ndarray:
+    nb = len(ep.dispatch_ns)
+    idx = np.arange(nb)
+    rec = _records(2 + 5 * nb)
+    e = ep.epoch
+    _fill(rec, 0, S.EV_EPOCH_START, e, ep.epoch_start_ns, 0, arg=len(ep.worker_pids))
+    # chronological enough: dispatch, wait, arrive, consumed, step per batch
+    body = _records(5 * nb).reshape(nb, 5)
+    for j, (nid, start, dur, arg) in enumerate((
+        (S.EV_DISPATCH, ep.dispatch_ns, ep.dispatch_dur_ns, ep.worker_of),
+        (S.EV_WAIT, ep.wait_start_ns, ep.wait_dur_ns, ep.buffered.astype(np.int64)),
+        (S.EV_ARRIVE, ep.arrive_ns, 0, 0),
+        (S.EV_CONSUMED, ep.consumed_ns, 0, 0),
+        (S.EV_STEP, ep.consumed_ns, ep.step_dur_ns, 0),
+    )):
+        col = body[:, j]
+        _fill(col, slice(None), nid, e, start, dur, idx, -1, arg)
+        body[:, j] = col
+    rec[1:-1] = body.reshape(-1)
+    _fill(rec, len(rec) - 1, S.EV_EPOCH_END, e, ep.epoch_end_ns, 0)
+    return rec
+
+
+def write_native(directory: str | os.PathLike, spec: PipelineSpec | None = None) -> list[Path]:
+    """Write the simulated run as lotus trace files in ``directory``; returns the paths written."""
+    spec = spec or PipelineSpec()
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    epochs = simulate(spec)
+    paths = []
+    description = {"name": "synthetic", "dataset": "Synthetic", "dataset_len": spec.n_batches * spec.batch_size,
+                   "batch_size": spec.batch_size, "num_workers": spec.n_workers,
+                   "prefetch_factor": spec.prefetch_factor, "pin_memory": False, "persistent_workers": False,
+                   "in_order": True, "drop_last": False, "sampler": "SequentialSampler"}
+    op_defs = b"".join(_define(S.NS_EVENT_NAME, S.FIRST_DYNAMIC_ID + k, name) for k, name in enumerate(spec.ops_ms))
+    for rank in range(spec.ranks):
+        eps = [ep for ep in epochs if ep.rank == rank]
+        main_pid = eps[0].main_pid
+        anchor = eps[0].epoch_start_ns - 5_000_000
+        mains = [_main_records(ep) for ep in eps]
+        p = d / f"lotus-r{rank}-main-p{main_pid}{S.FILE_SUFFIX}"
+        _write(p, [_header("main", main_pid, rank, spec.ranks, -1, anchor),
+                   _define(S.NS_LOADER, 0, json.dumps(description)), *mains, _end(eps[-1].epoch_end_ns + 1_000)])
+        paths.append(p)
+        for ep in eps:
+            for w, wpid in enumerate(ep.worker_pids):
+                rec = _worker_records(spec, ep, w)
+                p = d / f"lotus-r{rank}-w{w}-p{wpid}{S.FILE_SUFFIX}"
+                _write(p, [_header("worker", wpid, rank, spec.ranks, w, int(ep.worker_start_ns[w]) - 1_000),
+                           op_defs, rec, _end(int(ep.worker_end_ns[w]) + 1_000)])
+                paths.append(p)
+    return paths
+
+
+# -- original LotusTrace logs ----------------------------------------------------------------------------
+def _write_lines(path: Path, names: list[str], code: np.ndarray, start: np.ndarray, dur: np.ndarray) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    table = pa.table({
+        "name": pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32)), pa.array(names)),
+        "start": pa.array(start.astype(np.int64)), "dur": pa.array(dur.astype(np.int64)),
+    })
+    table = table.set_column(0, "name", table.column("name").cast(pa.string()))
+    pacsv.write_csv(table, path, pacsv.WriteOptions(include_header=False, quoting_style="none",
+                                                     batch_size=1 << 16))
+
+
+def write_original(directory: str | os.PathLike, spec: PipelineSpec | None = None, *,
+                   with_wait: bool = True, prefix: str = "custom_log") -> list[Path]:
+    """Write the simulated run as original LotusTrace logs (one rank, one epoch only).
+
+    ``with_wait=False`` writes the older main files (``SBatchConsumed`` lines only, as in the study's
+    published traces); otherwise ``SBatchWait`` lines too, 1000 ns for buffered batches.
+    """
+    spec = spec or PipelineSpec()
+    if spec.ranks != 1 or spec.epochs != 1:
+        raise ValueError("original LotusTrace logs hold one rank and one epoch")
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    (ep,) = simulate(spec)
+    nb = len(ep.dispatch_ns)
+    ids = np.arange(nb)
+    paths = []
+    # main file
+    names = [f"SBatchConsumed_{i}" for i in range(nb)]
+    if with_wait:
+        names += [f"SBatchWait_{i}" for i in range(nb)]
+        wait_dur = np.where(ep.buffered, 1000, ep.wait_dur_ns)
+        code = _interleave(ids + nb, ids)
+        start = _interleave(ep.wait_start_ns, ep.consumed_ns)
+        dur = _interleave(wait_dur, np.full(nb, 1000))
+    else:
+        code, start, dur = ids, ep.consumed_ns, np.full(nb, 1000)
+    p = d / f"{prefix}_main_pid_{ep.main_pid}"
+    _write_lines(p, names, code, start, dur)
+    paths.append(p)
+    # worker files: per sample ops, SLoader, STransform; per batch SCollation, SBatchPreprocessed_<id>
+    op_names = [f"S{o}" for o in spec.ops_ms]
+    n_ops = len(op_names)
+    bs = spec.batch_size
+    for w, wpid in enumerate(ep.worker_pids):
+        idx = np.flatnonzero(ep.worker_of == w)
+        k = len(idx)
+        names = [*op_names, "SLoader", "STransform", "SCollation"] + [f"SBatchPreprocessed_{i}" for i in idx]
+        per_sample = n_ops + 2
+        sstart = ep.sample_start_ns[idx]
+        load = ep.load_dur_ns[idx]
+        ops = ep.op_dur_ns[idx]
+        tr_start = sstart + load + 2_000
+        tr_dur = ops.sum(axis=2) + 2_000 * max(n_ops - 1, 0)
+        op_start = np.concatenate([np.zeros((k, bs, 1), np.int64), np.cumsum(ops + 2_000, axis=2)[:, :, :-1]],
+                                  axis=2) + tr_start[:, :, None]
+        s_code = np.broadcast_to(np.arange(per_sample, dtype=np.int32), (k, bs, per_sample))
+        s_start = np.concatenate([op_start, sstart[:, :, None], tr_start[:, :, None]], axis=2)
+        s_dur = np.concatenate([ops, load[:, :, None], tr_dur[:, :, None]], axis=2)
+        b_code = np.stack([np.full(k, n_ops + 2), n_ops + 3 + np.arange(k)], axis=1)
+        b_start = np.stack([ep.collate_start_ns[idx], ep.prep_start_ns[idx]], axis=1)
+        b_dur = np.stack([ep.collate_dur_ns[idx], ep.prep_dur_ns[idx]], axis=1)
+        code = np.concatenate([s_code.reshape(k, -1), b_code], axis=1).ravel()
+        start = np.concatenate([s_start.reshape(k, -1), b_start], axis=1).ravel()
+        dur = np.concatenate([s_dur.reshape(k, -1), b_dur], axis=1).ravel()
+        p = d / f"{prefix}_worker_pid_{wpid}"
+        _write_lines(p, names, code, start, dur)
+        paths.append(p)
+    return paths
+
+
+__all__ = ["DEFAULT_OPS_MS", "PipelineSpec", "SimEpoch", "simulate", "spec_for_events", "write_native",
+           "write_original"]

@@ -1,0 +1,68 @@
+"""Canary: fails loudly when a torch release moves a private name lotus relies on.
+
+If this fails after a torch upgrade, update src/lotus/dataloader/_torch_compat.py (the only module
+that touches torch internals) and docs/compatibility.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from lotus.dataloader import _torch_compat as compat
+
+
+def test_no_problem_with_installed_torch():
+    assert compat.check() is None, compat.check()
+
+
+def test_iterator_classes_and_methods_exist():
+    for cls in (compat.MultiProcessingIter, compat.SingleProcessIter):
+        assert issubclass(cls, compat.BaseIter)
+    for name in compat.ITER_METHODS:
+        assert callable(getattr(compat.MultiProcessingIter, name)), name
+    assert callable(getattr(torch.utils.data.DataLoader, "_get_iterator"))
+
+
+def test_iterator_attributes_exist_on_a_live_iterator():
+    from tests.dataloader.datasets import MapDS
+
+    it = iter(torch.utils.data.DataLoader(MapDS(n=4), batch_size=2, num_workers=1))
+    try:
+        for attr in compat.ITER_ATTRS:
+            assert hasattr(it, attr), attr
+        assert isinstance(it._task_info, dict)
+        next(it)
+    finally:
+        it._shutdown_workers()
+
+
+def test_worker_loop_arguments():
+    params = list(inspect.signature(compat.worker_loop).parameters)
+    pos = compat.worker_arg_positions()
+    for name in ("index_queue", "data_queue", "collate_fn", "worker_id", "dataset_kind"):
+        assert params[pos[name]] == name
+    assert params[pos["dataset"]] in ("dataset", "dataset_holder")
+    # the documented layout lotus expects (torch 2.14: 14 arguments)
+    assert len(params) == len(compat.WORKER_ARGS)
+
+
+def test_worker_loop_messages_and_pin_function():
+    assert compat.ResumeIteration.__name__ == "_ResumeIteration"
+    assert compat.IterableDatasetStopIteration.__name__ == "_IterableDatasetStopIteration"
+    import inspect as _inspect
+
+    assert list(_inspect.signature(compat.pin_memory).parameters)[0] == "data"
+    assert compat.pin_memory("text") == "text"  # no accelerator needed for non-tensors
+    assert callable(compat.create_fetcher)
+
+
+def test_replace_worker_args_roundtrip():
+    args = tuple(f"a{i}" for i in range(len(compat.WORKER_ARGS)))
+    pos = compat.worker_arg_positions()
+    holder_args = list(args)
+    holder_args[pos["dataset"]] = ["DS"] if pos.get("_dataset_in_holder") else "DS"
+    out = compat.replace_worker_args(tuple(holder_args), dataset="NEW", collate_fn="C")
+    assert compat.dataset_from_worker_args(out) == "NEW"
+    assert compat.worker_arg(out, "collate_fn") == "C"
