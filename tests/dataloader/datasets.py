@@ -74,7 +74,7 @@ class RangeIterable(IterableDataset):
         start, end = self.start, self.end
         info = get_worker_info()
         if self.shard_in_iter and info is not None:
-            per = int(math.ceil((end - start) / info.num_workers))
+            per = math.ceil((end - start) / info.num_workers)
             start = start + info.id * per
             end = min(start + per, self.end)
         for i in range(start, end):
@@ -89,7 +89,7 @@ def shard_worker_init_fn(worker_id: int) -> None:
     info = get_worker_info()
     ds = info.dataset
     overall_start, overall_end = ds.start, ds.end
-    per = int(math.ceil((overall_end - overall_start) / info.num_workers))
+    per = math.ceil((overall_end - overall_start) / info.num_workers)
     ds.start = overall_start + worker_id * per
     ds.end = min(ds.start + per, overall_end)
 

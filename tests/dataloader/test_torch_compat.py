@@ -22,7 +22,7 @@ def test_iterator_classes_and_methods_exist():
         assert issubclass(cls, compat.BaseIter)
     for name in compat.ITER_METHODS:
         assert callable(getattr(compat.MultiProcessingIter, name)), name
-    assert callable(getattr(torch.utils.data.DataLoader, "_get_iterator"))
+    assert callable(torch.utils.data.DataLoader._get_iterator)
 
 
 def test_iterator_attributes_exist_on_a_live_iterator():
@@ -53,7 +53,7 @@ def test_worker_loop_messages_and_pin_function():
     assert compat.IterableDatasetStopIteration.__name__ == "_IterableDatasetStopIteration"
     import inspect as _inspect
 
-    assert list(_inspect.signature(compat.pin_memory).parameters)[0] == "data"
+    assert next(iter(_inspect.signature(compat.pin_memory).parameters)) == "data"
     assert compat.pin_memory("text") == "text"  # no accelerator needed for non-tensors
     assert callable(compat.create_fetcher)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from lotus.demo.train import DemoResult
 
 
@@ -33,12 +35,12 @@ def summarize(result: DemoResult) -> dict:
         "model": result.model, "device": result.device, "steps": result.steps, "images": result.images,
         "train_s": round(result.train_s, 2), "images_per_s": round(result.images_per_s, 1),
         "trace_dir": str(result.trace_dir), "data_dir": str(result.data_dir),
-        "trace_files": len(files), "events": int(len(events)),
+        "trace_files": len(files), "events": len(events),
         "wait_share": round(wait_share, 4), "verdict": verdict,
         "mean_wait_ms": round(float(wait_ms.mean()), 2) if len(wait_ms) else None,
         "batch_prep_ms": {"mean": round(float(prep_ms.mean()), 2), "median": round(float(prep_ms.median()), 2)},
         "op_mean_ms_per_sample": ops,
-        "collate_mean_ms_per_batch": round(float(collate_ms), 3) if collate_ms == collate_ms else None,
+        "collate_mean_ms_per_batch": None if math.isnan(collate_ms) else round(float(collate_ms), 3),
         "losses": [round(x, 4) for x in result.losses],
     }
     op_text = ", ".join(f"{k} {v:.2f}" for k, v in list(ops.items())[:6])
