@@ -106,3 +106,19 @@ def sum_collate(batch):
 class SlowDS(MapDS):
     def __init__(self, n: int = 8, sleep_s: float = 3.0):
         super().__init__(n=n, sleep_s=sleep_s)
+
+
+class SkewedDS(Dataset):
+    """Some samples are much slower than others (heavy tail), to make workers finish out of order."""
+
+    def __init__(self, n: int = 48, slow: tuple[int, ...] = (0, 1, 2, 3), slow_s: float = 0.4):
+        self.n = n
+        self.slow = set(slow)
+        self.slow_s = slow_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(self.slow_s if i in self.slow else 0.002)
+        return {"id": i}

@@ -41,8 +41,12 @@ ITER_ATTRS = (
     "_num_yielded",  # batches returned so far in this epoch
     "_index_queues",  # one multiprocessing queue per worker
     "_workers_status",  # liveness per worker
-    "_in_order",
+    "_in_order",  # torch's delivery order (lotus toggles it for delivery_order="lowest_ready_first")
+    "_worker_queue_idx_cycle",  # iterator of worker ids torch dispatches to (lotus: free_worker)
+    "_num_workers",
 )
+# Iterator methods lotus calls without overriding.
+ITER_CALLS = ("_process_data",)
 # Iterator methods lotus overrides (calling the torch implementation through super()).
 ITER_METHODS = ("_next_data", "_next_index", "_try_put_index", "_get_data", "_reset")
 # DataLoader method lotus overrides to hand out its own iterator subclasses.
@@ -87,7 +91,7 @@ def check() -> str | None:
     """None when this torch has every name lotus relies on; else a sentence saying what is missing."""
     problems = []
     for cls in (MultiProcessingIter, SingleProcessIter):
-        for attr in ITER_METHODS:
+        for attr in ITER_METHODS + ITER_CALLS:
             if cls is SingleProcessIter and attr not in ("_next_data", "_next_index"):
                 continue
             if not callable(getattr(cls, attr, None)):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 TRACE_DIR_ENV = "LOTUS_TRACE_DIR"
 ITT_ENV = "LOTUS_ITT"
+TELEMETRY_ENV = "LOTUS_GPU_TELEMETRY"
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -25,6 +26,10 @@ def resolve_trace_dir(trace_dir) -> str | None:
 
 def resolve_itt(itt) -> bool:
     return bool(itt) if itt is not None else env_flag(ITT_ENV)
+
+
+def resolve_telemetry(flag) -> bool:
+    return bool(flag) if flag is not None else env_flag(TELEMETRY_ENV)
 
 
 def distributed_rank() -> tuple[int, int]:

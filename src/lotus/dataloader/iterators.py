@@ -1,36 +1,56 @@
-"""Main-process side of tracing: subclasses of torch's two DataLoader iterators.
+"""Main-process side: subclasses of torch's two DataLoader iterators.
 
 Each override calls torch's implementation through ``super()`` and records around it:
 
 * ``_try_put_index``  -> ``dispatch`` (batch, target worker, sampler + put time)
 * ``_get_data``       -> ``arrive`` (a batch came off the result/pin queue)
 * ``_next_data``      -> which batch is returned, whether it was already buffered, pin times
-* ``__next__``        -> ``wait`` (the loop blocked in next()), ``consumed``, and the previous ``step``
+* ``__next__``        -> ``wait`` (the loop blocked in next()), ``consumed``, the previous ``step``,
+                         and the CUDA events of :mod:`lotus.dataloader.gpu`
 
 With num_workers=0 the same events come from the main process, plus the per-sample and collation
-events of :mod:`lotus.dataloader.instrument`.
+events of :mod:`lotus.dataloader.instrument`. The loader policies of :mod:`lotus.dataloader.policy`
+(which worker gets the next batch, which ready batch the loop gets) are applied here too.
 """
 
 from __future__ import annotations
 
 from lotus.dataloader import _torch_compat as compat
 from lotus.dataloader.envelope import PinEnvelope
+from lotus.dataloader.gpu import set_active
 from lotus.dataloader.instrument import SampleProxy, TimedCollate, TransformSwap
-from lotus.dataloader.recorder import Recorder, mono
+from lotus.dataloader.policy import DELIVERY_LOWEST_READY, Policy
+from lotus.dataloader.recorder import mono
 from lotus.trace import schema as S
 
 
+class NullTrace:
+    """Stands in for a LoaderTrace when a loader runs policies without tracing."""
+
+    on = False
+    epoch = 0
+
+    def record(self, *args) -> None:
+        pass
+
+    def cuda_probe(self):
+        return None
+
+
+_NULL = NullTrace()
+
+
 class _MainSide:
-    """State and recording shared by both traced iterators (mixin; torch's class comes second)."""
+    """State and recording shared by both iterators (mixin; torch's class comes second in the MRO)."""
 
     def _lotus_init(self, loader) -> None:
-        self._lt = loader._lotus  # LoaderTrace
+        self._lt = loader._lotus if loader._lotus is not None else _NULL
+        self._lotus_policy: Policy = loader._lotus_policy
         self._lotus_active = False
         self._lotus_t0 = None
         self._lotus_prev = None  # (batch, handed-off ns) of the batch the loop holds
-        self._lotus_got = None  # last batch idx received in this _next_data call
         self._lotus_last = None  # (batch, buffered, pin_start, pin_end) of the batch being returned
-        self._lotus_cuda = loader._lotus.cuda_probe() if loader._lotus is not None else None
+        self._lotus_cuda = self._lt.cuda_probe() if self._lt.on else None
 
     def _lotus_epoch_start(self) -> None:
         lt = self._lt
@@ -44,19 +64,31 @@ class _MainSide:
         t0 = mono()
         prev = self._lotus_prev
         cuda = self._lotus_cuda
-        if prev is not None:
-            lt.record(S.EV_STEP, prev[1], t0 - prev[1], prev[0], S.NO_ID, 0)
-            self._lotus_prev = None
-        if cuda is not None:
-            cuda.request()
+        try:
+            if prev is not None:
+                lt.record(S.EV_STEP, prev[1], t0 - prev[1], prev[0], S.NO_ID, 0)
+                self._lotus_prev = None
+            if cuda is not None:
+                cuda.request()
+        except Exception as exc:
+            lt.fail("request", exc)
         self._lotus_last = None
         try:
             data = super().__next__()
         except StopIteration:
-            lt.record(S.EV_EPOCH_END, mono(), 0, S.NO_ID, S.NO_ID, 0)
-            if cuda is not None:
-                cuda.finish()
-            lt.flush()
+            try:
+                lt.record(S.EV_EPOCH_END, mono(), 0, S.NO_ID, S.NO_ID, 0)
+                if cuda is not None:
+                    cuda.finish()
+                lt.flush()
+            except Exception as exc:
+                lt.fail("epoch end", exc)
+            raise
+        except BaseException:
+            try:
+                lt.flush()  # the loop is probably about to die: keep what was recorded
+            except Exception:
+                pass
             raise
         t1 = mono()
         last = self._lotus_last
@@ -70,6 +102,8 @@ class _MainSide:
                 if cuda is not None:
                     cuda.got(batch)
                 self._lotus_prev = (batch, t1)
+                lt.last_batch = batch
+                set_active(lt)
                 lt.maybe_flush(t1)
         except Exception as exc:
             lt.fail("next", exc)
@@ -89,6 +123,8 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         self._lotus_init(loader)
         lt = self._lt
         self._lotus_swap = None
+        if not lt.on:
+            return
         try:
             rec = lt.recorder()
             iterable = compat.is_iterable_kind(self._dataset_kind)
@@ -146,13 +182,19 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
 
 
 class TracedMultiProcessingIter(_MainSide, compat.MultiProcessingIter):
-    """num_workers>0: dispatch, arrival, pinning, waits and consumption in the main process."""
+    """num_workers>0: dispatch, arrival, pinning, waits and consumption in the main process,
+    and the worker-assignment / delivery-order policies."""
 
     def __init__(self, loader) -> None:
         self._lotus_init(loader)
+        n = loader.num_workers
+        self._lotus_inflight = [0] * n  # dispatched to a worker and not yet back, per worker
+        self._lotus_next_rr = 0
+        self._lotus_gots: list[int] = []  # batch ids received during the current _next_data
         super().__init__(loader)  # spawns the workers (through TracingContext) and calls _reset
 
     def _reset(self, loader, first_iter=False) -> None:
+        self._lotus_inflight = [0] * self._num_workers
         if self._lt.on:
             try:
                 self._lotus_epoch_start()
@@ -161,25 +203,43 @@ class TracedMultiProcessingIter(_MainSide, compat.MultiProcessingIter):
         super()._reset(loader, first_iter)
 
     def _try_put_index(self) -> None:
+        policy = self._lotus_policy
+        if policy.free_worker:
+            w = policy.pick_worker(self._lotus_inflight, self._workers_status, self._lotus_next_rr)
+            if w is not None:
+                # torch takes the next worker from this iterator: offer the free one first
+                self._worker_queue_idx_cycle = policy.cycle_from(w, self._num_workers)
+                self._lotus_next_rr = (w + 1) % self._num_workers
         lt = self._lt
-        if not lt.on:
-            return super()._try_put_index()
         t0 = mono()
         n = self._send_idx
-        super()._try_put_index()
-        if self._send_idx != n:
+        if policy.delivery == DELIVERY_LOWEST_READY:
+            in_order, self._in_order = self._in_order, True  # dispatch exactly as with in_order=True
             try:
-                lt.record(S.EV_DISPATCH, t0, mono() - t0, n, S.NO_ID, self._task_info[n][0])
-            except Exception as exc:
-                lt.fail("dispatch", exc)
-        return None
+                super()._try_put_index()
+            finally:
+                self._in_order = in_order
+        else:
+            super()._try_put_index()
+        if self._send_idx != n:
+            worker = self._task_info[n][0]
+            self._lotus_inflight[worker] += 1
+            if lt.on:
+                try:
+                    lt.record(S.EV_DISPATCH, t0, mono() - t0, n, S.NO_ID, worker)
+                except Exception as exc:
+                    lt.fail("dispatch", exc)
 
     def _get_data(self):
         r = super()._get_data()
-        if self._lt.on:
-            idx = r[0]
-            if type(idx) is int:
-                self._lotus_got = idx
+        idx = r[0]
+        if type(idx) is int:
+            info = self._task_info.get(idx)
+            if info is not None:
+                self._lotus_inflight[info[0]] -= 1
+            if type(r[1]) is not compat.IterableDatasetStopIteration:
+                self._lotus_gots.append(idx)
+            if self._lt.on:
                 try:
                     self._lt.record(S.EV_ARRIVE, mono(), 0, idx, S.NO_ID, 0)
                 except Exception as exc:
@@ -187,16 +247,43 @@ class TracedMultiProcessingIter(_MainSide, compat.MultiProcessingIter):
         return r
 
     def _next_data(self):
-        rcvd = self._rcvd_idx
-        self._lotus_got = None
-        data = super()._next_data()
+        task_info = self._task_info
+        before = [i for i, info in task_info.items() if len(info) == 2]  # already arrived (buffered)
+        self._lotus_gots = []
+        if self._lotus_policy.delivery == DELIVERY_LOWEST_READY:
+            found, data = self._next_lowest_ready(before)
+            if found:
+                return data
+            self._in_order = False  # nothing is ready: hand out whichever batch arrives first
+            try:
+                data = super()._next_data()
+            finally:
+                self._in_order = True
+        else:
+            data = super()._next_data()
         data, p0, p1 = self._lotus_unwrap(data)
         if self._lt.on:
-            batch = self._rcvd_idx - 1 if self._rcvd_idx > rcvd else self._lotus_got
-            if batch is None:
-                batch = S.NO_ID
-            self._lotus_last = (batch, self._lotus_got != batch, p0, p1)
+            # The batch handed out is the one that was buffered or arrived during this call and has
+            # left torch's task table (torch returns it without saying which it was).
+            task_info = self._task_info
+            gone = [i for i in (*before, *self._lotus_gots) if i not in task_info]
+            batch = gone[0] if len(gone) == 1 else (min(gone) if gone else S.NO_ID)
+            self._lotus_last = (batch, batch in before, p0, p1)
         return data
 
-
-__all__ = ["Recorder", "TracedMultiProcessingIter", "TracedSingleProcessIter"]
+    def _next_lowest_ready(self, ready: list[int]):
+        """(True, the lowest-indexed batch that already arrived), or (False, None) when none has."""
+        if not ready:
+            return False, None
+        lowest = min(ready)
+        if lowest == self._rcvd_idx:
+            data = super()._next_data()  # torch's own in-order path returns it
+            batch = lowest
+        else:
+            worker, data = self._task_info.pop(lowest)
+            data = self._process_data(data, worker)  # re-raises a worker's exception like torch
+            batch = lowest
+        data, p0, p1 = self._lotus_unwrap(data)
+        if self._lt.on:
+            self._lotus_last = (batch, True, p0, p1)
+        return True, data

@@ -18,8 +18,10 @@ from lotus.dataloader.config import (
     distributed_rank,
     next_loader_id,
     resolve_itt,
+    resolve_telemetry,
     resolve_trace_dir,
 )
+from lotus.dataloader.policy import Policy, resolve_policy
 from lotus.dataloader.recorder import Recorder, make_itt
 from lotus.trace.writer import main_writer
 
@@ -56,8 +58,14 @@ def _describe(loader: _TorchDataLoader, name: str | None) -> dict:
 class LoaderTrace:
     """Main-process tracing state of one DataLoader: its id, current epoch, and the process writer."""
 
-    def __init__(self, loader: _TorchDataLoader, trace_dir: str, itt: bool, name: str | None):
+    def __init__(self, loader: _TorchDataLoader, trace_dir: str, itt: bool, name: str | None,
+                 telemetry: bool = False):
         self.rank, self.world_size = distributed_rank()
+        self.telemetry = telemetry
+        self.last_batch = -1
+        self._probe = None
+        self._steps = None
+        self._telemetry_thread = None
         self.trace_dir = trace_dir
         self.itt = itt
         self.w = main_writer(trace_dir, rank=self.rank, world_size=self.world_size)
@@ -111,8 +119,48 @@ class LoaderTrace:
             num_workers=loader.num_workers,
         )
 
+    # -- GPU (see lotus.dataloader.gpu) ----------------------------------------------------------
     def cuda_probe(self):
-        return None
+        """The loader's CUDA probe when CUDA is available (it activates once CUDA is initialised)."""
+        if self._probe is None:
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    from lotus.dataloader.gpu import CudaProbe
+
+                    self._probe = CudaProbe(self)
+                    self.w.closers.append(self._close_gpu)
+            except Exception as exc:
+                warn_once("cuda-probe", f"lotus: no CUDA events ({exc!r})")
+        return self._probe
+
+    def on_cuda_ready(self) -> None:
+        if not self.telemetry or self._telemetry_thread is not None:
+            return
+        try:
+            import torch
+
+            from lotus.dataloader.gpu import Telemetry
+
+            self._telemetry_thread = Telemetry(self, torch.cuda.current_device())
+            self._telemetry_thread.start()
+        except Exception as exc:
+            self._telemetry_thread = False
+            warn_once("telemetry-start", f"lotus: no GPU telemetry ({exc!r}); pip install nvidia-ml-py")
+
+    def user_steps(self):
+        if self._steps is None:
+            from lotus.dataloader.gpu import UserSteps
+
+            self._steps = UserSteps(self, self.cuda_probe())
+        return self._steps
+
+    def _close_gpu(self) -> None:
+        if self._telemetry_thread:
+            self._telemetry_thread.stop()
+        if self._probe is not None:
+            self._probe.close()
 
 
 class DataLoader(_TorchDataLoader):
@@ -123,11 +171,23 @@ class DataLoader(_TorchDataLoader):
     trace_dir: directory for trace files; tracing is on when given (or when $LOTUS_TRACE_DIR is set).
     itt: open an ITT task per op/load/collate/batch for Intel VTune (default: $LOTUS_ITT).
     trace_name: a name for this loader in the trace (e.g. "train", "val").
+    worker_assignment: "round_robin" (torch) or "free_worker" (see lotus.dataloader.policy).
+    delivery_order: "in_order" (torch), "lowest_ready_first" or "arrival" (torch's in_order=False).
+    gpu_telemetry: sample NVML GPU utilisation/clocks/power/energy into the trace (default:
+        $LOTUS_GPU_TELEMETRY); needs nvidia-ml-py and CUDA.
     """
 
-    def __init__(self, *args, trace_dir=None, itt=None, trace_name=None, **kwargs):
+    def __init__(self, *args, trace_dir=None, itt=None, trace_name=None, worker_assignment=None,
+                 delivery_order=None, gpu_telemetry=None, **kwargs):
         self._lotus = None
         self._lotus_wrapping = False
+        self._lotus_policy = Policy()
+        if worker_assignment is not None or delivery_order is not None:
+            workers = _num_workers_of(args, kwargs)
+            self._lotus_policy, in_order = resolve_policy(worker_assignment, delivery_order,
+                                                          kwargs.get("in_order"), workers)
+            if in_order is not None:
+                kwargs["in_order"] = in_order
         super().__init__(*args, **kwargs)
         directory = resolve_trace_dir(trace_dir)
         if directory is None:
@@ -139,7 +199,7 @@ class DataLoader(_TorchDataLoader):
             warn_once("compat", f"lotus: tracing disabled: {problem}")
             return
         try:
-            lt = LoaderTrace(self, directory, resolve_itt(itt), trace_name)
+            lt = LoaderTrace(self, directory, resolve_itt(itt), trace_name, resolve_telemetry(gpu_telemetry))
         except Exception as exc:
             warn_once("loader-init", f"lotus: tracing disabled for a DataLoader ({exc!r})")
             return
@@ -173,14 +233,14 @@ class DataLoader(_TorchDataLoader):
 
     def _get_iterator(self):
         lt = self._lotus
-        if lt is None or not lt.on:
+        if (lt is None or not lt.on) and self._lotus_policy.default:
             return super()._get_iterator()
         from lotus.dataloader.iterators import TracedMultiProcessingIter, TracedSingleProcessIter
 
         if self.num_workers == 0:
             return TracedSingleProcessIter(self)
         self.check_worker_number_rationality()
-        self._lotus_wrapping = True
+        self._lotus_wrapping = lt is not None and lt.on
         try:
             return TracedMultiProcessingIter(self)
         finally:
@@ -192,6 +252,14 @@ class DataLoader(_TorchDataLoader):
         return self._lotus.trace_dir if self._lotus is not None else None
 
 
+def _num_workers_of(args: tuple, kwargs: dict) -> int:
+    if "num_workers" in kwargs:
+        return int(kwargs["num_workers"])
+    params = list(inspect.signature(_TorchDataLoader.__init__).parameters)[1:]
+    i = params.index("num_workers") if "num_workers" in params else -1
+    return int(args[i]) if 0 <= i < len(args) else 0
+
+
 def _signature() -> inspect.Signature:
     base = inspect.signature(_TorchDataLoader.__init__)
     params = list(base.parameters.values())
@@ -199,6 +267,9 @@ def _signature() -> inspect.Signature:
         inspect.Parameter("trace_dir", inspect.Parameter.KEYWORD_ONLY, default=None),
         inspect.Parameter("itt", inspect.Parameter.KEYWORD_ONLY, default=None),
         inspect.Parameter("trace_name", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("worker_assignment", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("delivery_order", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("gpu_telemetry", inspect.Parameter.KEYWORD_ONLY, default=None),
     ]
     if not any(p.kind == inspect.Parameter.KEYWORD_ONLY for p in params) and params[-1].kind in (
         inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):

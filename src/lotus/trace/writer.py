@@ -67,6 +67,7 @@ class TraceWriter:
         self._names: dict[str, int] = {}
         self._last_flush_ns = time.monotonic_ns()
         self._closed = False
+        self.closers: list = []  # called before the file closes (e.g. resolve pending CUDA events)
         try:
             d = Path(trace_dir)
             d.mkdir(parents=True, exist_ok=True)
@@ -185,6 +186,11 @@ class TraceWriter:
         if self._closed or os.getpid() != self.pid:
             return
         self._closed = True
+        for fn in self.closers:
+            try:
+                fn()
+            except Exception:
+                pass
         try:
             if self.ok:
                 self.buf += self.pack(S.CTRL_END, 0, 0, time.monotonic_ns(), 0, 0, 0, time.time_ns())

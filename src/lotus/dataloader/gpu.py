@@ -1,0 +1,227 @@
+"""GPU idle attributed to data loading: CUDA events around the training loop's wait, and telemetry.
+
+:class:`CudaProbe` records one CUDA event on the current stream when the loop asks for the next
+batch (start of ``__next__``) and one when it gets it. The GPU time between the two is GPU idle caused
+by waiting for data: work queued before the request still runs (the first event completes only after
+it), and nothing is queued until the batch arrives. Events are resolved lazily with ``query()``; the
+hot path never synchronises. Per batch the trace gets ``gpu_wait`` (that idle) and ``gpu_step``
+(GPU time from getting the batch to asking for the next one).
+
+:func:`step` marks explicit step boundaries for loops where ``next(loader)`` is not one.
+:class:`Telemetry` samples NVML (utilisation, clocks, power, energy) on the trace clock; read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+
+from lotus._warn import warn_once
+from lotus.trace import schema as S
+
+mono = time.monotonic_ns
+_MAX_PENDING = 4096
+_active = None  # the LoaderTrace whose loader last handed a batch to the loop (this process)
+
+
+def set_active(lt) -> None:
+    global _active
+    _active = lt
+
+
+class CudaProbe:
+    """CUDA events around the loop's wait for each batch (see module doc)."""
+
+    def __init__(self, lt):
+        import torch
+
+        self.lt = lt
+        self._cuda = torch.cuda
+        self._pool: list = []
+        self._pending: deque = deque()  # (event id, batch, start event, end event, host start ns)
+        self._req = None  # (event, host ns) of the request in flight
+        self._last_got = None  # (batch, event, host ns) of the batch the loop holds
+        self.active = False
+        self.enabled = True  # lotus.step() turns the automatic probe off
+
+    def _ready(self) -> bool:
+        if self.active:
+            return True
+        cuda = self._cuda
+        if cuda.is_available() and cuda.is_initialized():
+            self.active = True
+            self.lt.on_cuda_ready()
+        return self.active
+
+    def _event(self):
+        pool = self._pool
+        ev = pool.pop() if pool else self._cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def request(self) -> None:
+        if not self.enabled or not self._ready():
+            return
+        t = mono()
+        ev = self._event()
+        last = self._last_got
+        if last is not None:
+            self._pending.append((S.EV_GPU_STEP, last[0], last[1], ev, last[2]))
+            self._last_got = None
+        self._req = (ev, t)
+        self.resolve()
+
+    def got(self, batch: int) -> None:
+        req = self._req
+        if req is None or not self.enabled:
+            return
+        self._req = None
+        ev = self._event()
+        self._pending.append((S.EV_GPU_WAIT, batch, req[0], ev, req[1]))
+        self._last_got = (batch, ev, mono())
+        if len(self._pending) > _MAX_PENDING:  # the GPU is far behind: drop the oldest, stay bounded
+            self._pending.popleft()
+
+    def finish(self) -> None:
+        """End of an epoch: the next epoch's first request does not close this epoch's last step."""
+        self._last_got = None
+        self._req = None
+        self.resolve()
+
+    def resolve(self, block: bool = False) -> None:
+        pending = self._pending
+        lt = self.lt
+        while pending:
+            nid, batch, a, b, host = pending[0]
+            if block:
+                b.synchronize()
+            elif not b.query():
+                return
+            pending.popleft()
+            try:
+                ns = int(a.elapsed_time(b) * 1e6)
+                lt.record(nid, host, ns, batch, S.NO_ID, 1)
+            except Exception as exc:  # e.g. an event never recorded on this device
+                warn_once("cuda-event", f"lotus: a CUDA event could not be timed ({exc!r})")
+            if b is not a and len(self._pool) < 64:
+                self._pool.append(a)
+
+    def close(self) -> None:
+        try:
+            self.resolve(block=True)
+        except Exception:
+            pass
+
+
+@contextlib.contextmanager
+def step():
+    """Mark one training step explicitly (``with lotus.step(): ...``).
+
+    For loops whose step is not delimited by ``next(loader)`` (prefetchers, gradient accumulation).
+    Records a ``user_step`` event and, with CUDA, ``gpu_step`` (GPU time inside the step) and
+    ``gpu_wait`` (GPU time between the previous step's end and this step's start), attributed to the
+    batch the loader handed out last. The loader's automatic CUDA events are turned off meanwhile.
+    Without a traced loader it does nothing.
+    """
+    lt = _active
+    if lt is None or not lt.on:
+        yield
+        return
+    st = lt.user_steps()
+    st.begin()
+    try:
+        yield
+    finally:
+        st.end()
+
+
+class UserSteps:
+    """State of lotus.step() regions for one loader."""
+
+    def __init__(self, lt, probe: CudaProbe | None):
+        self.lt = lt
+        self.probe = probe
+        self._t0 = 0
+        self._ev0 = None
+        self._prev_end = None  # (event, host ns) of the last step's end
+        if probe is not None:
+            probe.enabled = False
+
+    def begin(self) -> None:
+        self._t0 = mono()
+        probe = self.probe
+        if probe is not None and probe._ready():
+            self._ev0 = probe._event()
+            prev = self._prev_end
+            if prev is not None:
+                probe._pending.append((S.EV_GPU_WAIT, self.lt.last_batch, prev[0], self._ev0, prev[1]))
+
+    def end(self) -> None:
+        t1 = mono()
+        lt = self.lt
+        try:
+            lt.record(S.EV_USER_STEP, self._t0, t1 - self._t0, lt.last_batch, S.NO_ID, 0)
+            probe = self.probe
+            if probe is not None and self._ev0 is not None:
+                ev1 = probe._event()
+                probe._pending.append((S.EV_GPU_STEP, lt.last_batch, self._ev0, ev1, self._t0))
+                self._prev_end = (ev1, t1)
+                probe.resolve()
+        except Exception as exc:
+            lt.fail("step", exc)
+
+
+class Telemetry(threading.Thread):
+    """NVML sampler: GPU utilisation, SM/memory clocks, power and energy on the trace clock."""
+
+    def __init__(self, lt, device_index: int, interval_s: float = 0.05):
+        super().__init__(name="lotus-gpu-telemetry", daemon=True)
+        import pynvml
+
+        self.nvml = pynvml
+        self.lt = lt
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        pynvml.nvmlInit()
+        self.handle = _nvml_handle(pynvml, device_index)
+
+    def run(self) -> None:
+        nv, h, lt = self.nvml, self.handle, self.lt
+        sm, mem = nv.NVML_CLOCK_SM, nv.NVML_CLOCK_MEM
+        energy_ok = power_ok = True
+        while not self._stop.wait(self.interval_s) and lt.on:
+            t = mono()
+            try:
+                lt.record(S.EV_GPU_UTIL, t, 0, S.NO_ID, S.NO_ID, nv.nvmlDeviceGetUtilizationRates(h).gpu)
+                lt.record(S.EV_GPU_SM_CLOCK, t, 0, S.NO_ID, S.NO_ID, nv.nvmlDeviceGetClockInfo(h, sm))
+                lt.record(S.EV_GPU_MEM_CLOCK, t, 0, S.NO_ID, S.NO_ID, nv.nvmlDeviceGetClockInfo(h, mem))
+                if power_ok:
+                    try:
+                        lt.record(S.EV_GPU_POWER, t, 0, S.NO_ID, S.NO_ID, nv.nvmlDeviceGetPowerUsage(h))
+                    except nv.NVMLError:
+                        power_ok = False
+                if energy_ok:
+                    try:
+                        lt.record(S.EV_GPU_ENERGY, t, 0, S.NO_ID, S.NO_ID,
+                                  nv.nvmlDeviceGetTotalEnergyConsumption(h))
+                    except nv.NVMLError:
+                        energy_ok = False
+            except Exception as exc:
+                warn_once("telemetry", f"lotus: GPU telemetry stopped ({exc!r})")
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _nvml_handle(nv, device_index: int):
+    """The NVML handle of torch's CUDA device ``device_index`` (by UUID, so CUDA_VISIBLE_DEVICES is honoured)."""
+    import torch
+
+    try:
+        uuid = str(torch.cuda.get_device_properties(device_index).uuid)
+        return nv.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    except Exception:
+        return nv.nvmlDeviceGetHandleByIndex(device_index)
