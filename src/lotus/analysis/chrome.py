@@ -9,11 +9,15 @@ batch's preprocessing to its consumption. ``coarse=True`` leaves out per-sample 
 
 Time base, as in torch.profiler (Kineto) traces: ``ts`` (µs, 3 decimals = exact ns) is
 ``(wall-clock ns - baseTimeNanoseconds) / 1000``, with ``baseTimeNanoseconds`` written at the top
-level. Checked against ``torch.profiler.profile(...).export_chrome_trace`` (torch 2.14): Kineto writes
-the same key and its ``ts + baseTimeNanoseconds / 1000`` is ``time.time_ns() / 1000`` of the
-profiled process, i.e. the wall clock lotus events are on. When merging into a Kineto trace its base
-is kept (older traces without the key have ``ts`` in µs since the epoch: base 0); lotus processes
-whose pid collides with a Kineto pid are renumbered (their names keep the real pid).
+level; lotus picks the whole second before its first event, so that ``ts`` stays small enough for
+double-precision JSON parsers to keep every nanosecond. Checked against
+``torch.profiler.profile(...).export_chrome_trace`` (torch 2.14): Kineto writes the same key and its
+``ts * 1000 + baseTimeNanoseconds`` is ``time.time_ns()`` of the profiled process, i.e. the wall
+clock lotus events are on (its own base is ~7 weeks before, which would leave ~1 ns of double
+rounding). When merging, Kineto's events are moved to lotus's base: ``ts += (its base - lotus
+base) / 1000``, rounded to the ns (older traces without the key have ``ts`` in µs since the epoch:
+base 0). Lotus processes whose pid collides with a Kineto pid are renumbered (their names keep the
+real pid); the rest of Kineto's top-level keys is kept.
 
 The JSON is streamed: events are formatted in vectorised chunks (pyarrow string kernels) and
 written as they are made; memory stays bounded by the chunk, not the trace.
@@ -21,6 +25,7 @@ written as they are made; memory stays bounded by the chunk, not the trace.
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
 import logging
@@ -59,7 +64,7 @@ class ChromeTraceSummary:
 def _open(path: Path):
     if path.suffix == ".gz":
         return gzip.open(path, "wb", compresslevel=3)
-    return open(path, "wb")  # noqa: SIM115 - closed by the caller's with
+    return open(path, "wb")
 
 
 def _num(values: np.ndarray):
@@ -173,10 +178,7 @@ def write_chrome_trace(events, out: str | os.PathLike, *, coarse: bool = False, 
     for doc in kineto_docs:
         taken |= {e.get("pid") for e in doc["traceEvents"] if isinstance(e, dict)}
     starts = events["start_ns"].to_numpy()
-    if kineto_docs:
-        base = int(kineto_docs[0].get("baseTimeNanoseconds", 0) or 0)
-    else:
-        base = int(starts.min()) // 1_000_000_000 * 1_000_000_000 if len(starts) else 0
+    base = int(starts.min()) // 1_000_000_000 * 1_000_000_000 if len(starts) else 0
     summary = ChromeTraceSummary(path=out, base_ns=base, merged=[str(p) for p in kineto])
     procs = _Processes(events, taken)
     summary.processes = len(procs.keys)
@@ -236,12 +238,12 @@ def write_chrome_trace(events, out: str | os.PathLike, *, coarse: bool = False, 
                 if shift_us:
                     for e in part:
                         if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)):
-                            e["ts"] = e["ts"] + shift_us
+                            e["ts"] = round(e["ts"] + shift_us, 3)
                 if part:
                     f.write((",\n" + ",\n".join(json.dumps(e, separators=(",", ":")) for e in part)).encode())
             summary.kineto_events += len(evs)
 
-        for lo in range(0, len(rows), chunk_rows):
+        def chunk(lo: int):
             r = rows[lo: lo + chunk_rows]
             inst = is_instant[r]
             c = codes[r]
@@ -259,14 +261,32 @@ def write_chrome_trace(events, out: str | os.PathLike, *, coarse: bool = False, 
                 ph, name_json.take(pa.array(c)), ',"cat":', cat_json.take(pa.array(cat_codes[r])),
                 ',"pid":', _num(chrome_pid[r]), ',"tid":', _num(tids[r]), ',"ts":', _us(starts[r] - base),
                 dur_piece, *args, "}}", "")
-            _write_strings(f, line)
-            summary.instants += int(inst.sum())
-            summary.slices += int(len(r) - inst.sum())
+            return line, int(inst.sum()), len(r)
+
+        # Chunks are formatted on two threads (the string kernels release the GIL) and written in
+        # order; at most two are in flight, so memory stays bounded by the chunk size.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            pending = collections.deque()
+            for lo in range(0, len(rows), chunk_rows):
+                pending.append(pool.submit(chunk, lo))
+                if len(pending) >= 2:
+                    _flush_chunk(f, pending.popleft().result(), summary)
+            while pending:
+                _flush_chunk(f, pending.popleft().result(), summary)
 
         summary.counters = _write_counters(f, events, is_counter, codes, names, chrome_pid, base)
         summary.flows = _write_flows(f, events, batches, procs, base)
         f.write(b"\n]}\n")
     return summary
+
+
+def _flush_chunk(f, done, summary: ChromeTraceSummary) -> None:
+    line, instants, n = done
+    _write_strings(f, line)
+    summary.instants += instants
+    summary.slices += n - instants
 
 
 def _metadata(procs: _Processes, tids: np.ndarray, proc_of_row: np.ndarray) -> str:
@@ -305,7 +325,6 @@ def _write_counters(f, events, is_counter, codes, names, chrome_pid, base) -> in
 
 
 def _write_flows(f, events, batches, procs: _Processes, base: int) -> int:
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     if batches is None:

@@ -27,6 +27,8 @@ Runs without wait events (original logs before ``SBatchWait``) have ``known: Fal
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from lotus.analysis.stats import describe_ms
@@ -77,7 +79,7 @@ def hol_per_batch(batches):
     starts = np.flatnonzero(np.r_[True, (w[GROUP].to_numpy()[1:] != w[GROUP].to_numpy()[:-1]).any(axis=1)]) \
         if len(w) else np.array([], int)
     bounds = [*starts.tolist(), len(w)]
-    for a, b in zip(bounds[:-1], bounds[1:], strict=False):
+    for a, b in itertools.pairwise(bounds):
         r = ready[a:b]
         r_filled = np.where(np.isnan(r), np.inf, r)
         # earliest ready time among later batches of the group

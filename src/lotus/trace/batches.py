@@ -64,11 +64,9 @@ BATCH_COLUMNS = [
 
 def batches_from_events(events):
     """Pure function: the events DataFrame -> the batches DataFrame (one row per batch)."""
+    import numpy as np
     import pandas as pd
 
-    import numpy as np
-
-    wanted = [*_PARTS, *_SUMS, "sample", "load"]
     name_cat = events["name"].array
     codes = np.asarray(name_cat.codes)
     lookup = {str(c): i for i, c in enumerate(name_cat.categories)}

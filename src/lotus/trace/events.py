@@ -86,13 +86,13 @@ class _Acc:
         if n == 0:
             return
         self.lengths.append(n)
-        for c in _DTYPES:
+        for c, dtype in _DTYPES.items():
             v = cols[c]
             if isinstance(v, np.ndarray):
                 if len(v) and v[0] == v[-1] and (v == v[0]).all():
                     v = v[0].item()  # constant over the part: keep one value
                 else:  # a contiguous copy: never keep a whole record chunk alive through a field view
-                    v = np.ascontiguousarray(v, dtype=_DTYPES[c])
+                    v = np.ascontiguousarray(v, dtype=dtype)
             self.parts[c].append(v)
 
     def has_code(self, code: int) -> bool:

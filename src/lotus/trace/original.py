@@ -113,6 +113,13 @@ def release_freed_memory() -> None:
 _malloc_trim = None
 
 
+def _int_field(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{what} {text.strip()[:30]!r} is not an integer") from None
+
+
 def _parse_slow(data: bytes, path: Path):
     """Line by line: every bad line is reported with its number and skipped; the rest is kept."""
     categories: dict[str, int] = {}
@@ -127,7 +134,7 @@ def _parse_slow(data: bytes, path: Path):
             if len(parts) != 3:
                 raise ValueError(f"expected NAME,START_NS,DUR_NS, got {len(parts)} fields")
             name = parts[0].strip()
-            start, dur = int(parts[1]), int(parts[2])
+            start, dur = _int_field(parts[1], "START_NS"), _int_field(parts[2], "DUR_NS")
             if not name:
                 raise ValueError("empty event name")
         except ValueError as exc:

@@ -168,8 +168,10 @@ def simulate(spec: PipelineSpec) -> list[SimEpoch]:
                     wait_dur[i] = 1_000 + (i * 7919) % 20_000
                 else:
                     wait_dur[i] = arrive[i] - t_main + 30_000
-                consumed[i] = wait_start[i] + wait_dur[i]
                 nxt = i + inflight
+                if nxt < nb:  # the next index is dispatched inside this wait, as torch does
+                    wait_dur[i] = max(wait_dur[i], int(disp_dur[nxt]) + 5_000)
+                consumed[i] = wait_start[i] + wait_dur[i]
                 if nxt < nb:
                     dispatch[nxt] = consumed[i] - int(disp_dur[nxt]) - 2_000
                 t_main = consumed[i] + step[i]

@@ -138,7 +138,7 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
                                    "wait_share": float(g["wait_ns"].sum()) / s if s else None}
     util = worker_utilisation(batches)
     workers = {
-        "count": int(len(util)),
+        "count": len(util),
         "mean_busy_share": float(util["busy_share"].mean()) if len(util) else None,
         "per_worker": {_worker_label(r, w): (None if np.isnan(s) else float(s))
                        for r, w, s in zip(util["rank"], util["worker_id"], util["busy_share"], strict=True)},
@@ -203,7 +203,13 @@ def suggestions(v: dict, spans, batches) -> list[dict]:
                             f"num_workers={fewer} (now {n_workers}) would likely keep up and free CPU cores."})
         return out
     wait_ns = (v["wait_s"] or 0) * 1e9
-    if cls in (INPUT_BOUND, SEVERE):
+    in_process = n_workers == 0 or (n_workers is None and any(k.endswith("/main") for k in v["workers"]["per_worker"]))
+    if cls in (INPUT_BOUND, SEVERE) and in_process:
+        loop_ns = (v["loop_s"] or 0) * 1e9
+        need = max(1, math.ceil((busy or 0) * loop_ns / max(loop_ns - wait_ns, 1)))
+        out.append({"id": "more_workers", "text": "Preprocessing runs in the training process (num_workers=0), so "
+                    f"the loop waits for every batch: use num_workers={need} or more so that it overlaps the steps."})
+    elif cls in (INPUT_BOUND, SEVERE):
         hol = v.get("head_of_line") or {}
         if busy is not None and busy >= 0.8 and n_workers:
             loop_ns = (v["loop_s"] or 0) * 1e9
@@ -211,12 +217,6 @@ def suggestions(v: dict, spans, batches) -> list[dict]:
             if need > n_workers:
                 out.append({"id": "more_workers", "text": f"Workers are busy {busy:.0%} of the time: use "
                             f"num_workers={need} (now {n_workers}), if the machine has the CPU cores for them."})
-        elif busy is not None and busy < 0.8:
-            pf = s.get("prefetch_factor")
-            out.append({"id": "prefetch", "text": f"Workers are idle {1 - busy:.0%} of the time while the loop "
-                        "waits: keep more batches in flight (prefetch_factor="
-                        f"{(pf or 2) * 2}{'' if pf is None else f', now {pf}'}) or look for stalls between "
-                        "batches (dispatch, result queue, pinning)."})
         if hol.get("in_order_false_saving_share", 0) >= 0.05 and s.get("in_order") is not False:
             out.append({"id": "in_order", "text": f"in_order=False: while the loop waited, later batches were often "
                         f"ready already; estimated saving {hol['in_order_false_saving_ms'] / 1e3:.3g} s "
@@ -226,6 +226,12 @@ def suggestions(v: dict, spans, batches) -> list[dict]:
             out.append({"id": "persistent_workers", "text": f"persistent_workers=True: restarting workers cost "
                         f"{startup / 1e9:.3g} s of waiting at the start of epochs ({startup / wait_ns:.0%} of "
                         "the wait)."})
+        if busy is not None and busy < 0.8:
+            pf = s.get("prefetch_factor")
+            out.append({"id": "prefetch", "text": f"Workers are idle {1 - busy:.0%} of the time while the loop "
+                        "waits: keep more batches in flight (prefetch_factor="
+                        f"{(pf or 2) * 2}{'' if pf is None else f', now {pf}'}) or look for stalls between "
+                        "batches (dispatch, result queue, pinning)."})
     if slow is not None and (slow.get("share_of_preprocessing") or 0) >= 0.25:
         hint = _OP_HINTS.get(slow["name"], "look for a cheaper implementation, or move it to the GPU")
         out.append({"id": "cheaper_op", "text": f"Make '{slow['name']}' cheaper: {slow['share_of_preprocessing']:.0%} "

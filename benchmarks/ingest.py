@@ -1,0 +1,103 @@
+"""Ingestion benchmark: ``lotus.trace.load_events`` on generated traces of N events (default 5M), in the
+original LotusTrace text format and in lotus's own binary format.
+
+Each measurement runs in a fresh subprocess pinned to at most 2 CPUs: it imports lotus.trace, pandas and
+pyarrow, notes its resident memory (VmRSS), times ``load_events(run)`` and reports the peak resident
+memory (VmHWM) minus that baseline. The files are read once before timing (warm page cache). Reported:
+median time over ``--repeat`` runs, events/s, and peak memory delta relative to the files' size.
+
+    python benchmarks/ingest.py                 # 5M events, 3 runs per format
+    python benchmarks/ingest.py --events 1000000 --repeat 5 --dir /tmp/lotus-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import json, os, sys, time
+if hasattr(os, "sched_setaffinity"):
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    os.sched_setaffinity(0, cpus)
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+import numpy, pandas, pyarrow, pyarrow.csv
+from lotus.trace import load_events
+import lotus.trace.events, lotus.trace.original, lotus.trace.native
+base = status("VmRSS")
+t = time.perf_counter()
+ev = load_events(sys.argv[1])
+dt = time.perf_counter() - t
+print(json.dumps({"events": len(ev), "seconds": dt, "peak_delta_bytes": status("VmHWM") - base,
+                  "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}))
+"""
+
+
+def generate(root: Path, n_events: int) -> dict[str, Path]:
+    from lotus.trace.synthetic import spec_for_events, write_native, write_original
+
+    runs = {"original": root / f"original_{n_events}", "lotus": root / f"lotus_{n_events}"}
+    if not runs["original"].exists():
+        write_original(runs["original"], spec_for_events(n_events, "original", n_workers=4, batch_size=32))
+    if not runs["lotus"].exists():
+        write_native(runs["lotus"], spec_for_events(n_events, "lotus", n_workers=4, batch_size=32))
+    return runs
+
+
+def size_of(run: Path) -> int:
+    return sum(p.stat().st_size for p in run.iterdir() if p.is_file())
+
+
+def measure(run: Path, repeat: int) -> dict:
+    for p in run.iterdir():  # warm the page cache
+        p.read_bytes()
+    results = []
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, "-c", CHILD, str(run)], check=True, capture_output=True, text=True)
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    secs = statistics.median(r["seconds"] for r in results)
+    peak = statistics.median(r["peak_delta_bytes"] for r in results)
+    size = size_of(run)
+    return {"events": results[0]["events"], "seconds_median": secs, "events_per_s": results[0]["events"] / secs,
+            "files_bytes": size, "peak_delta_bytes": peak, "peak_over_files": peak / size,
+            "cpus": results[0]["cpus"], "runs": [r["seconds"] for r in results]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=5_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", type=Path, default=None, help="where to generate traces (kept); default a temp dir")
+    args = ap.parse_args()
+    ctx = tempfile.TemporaryDirectory() if args.dir is None else None
+    root = Path(ctx.name) if ctx else args.dir
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        runs = generate(root, args.events)
+        report = {}
+        print(f"{'format':10} {'events':>10} {'median s':>9} {'events/s':>12} {'files MB':>9} {'peak MB':>8} "
+              f"{'peak/files':>10}  cpus")
+        for fmt, run in runs.items():
+            r = measure(run, args.repeat)
+            report[fmt] = r
+            print(f"{fmt:10} {r['events']:>10,} {r['seconds_median']:>9.2f} {r['events_per_s']:>12,.0f} "
+                  f"{r['files_bytes'] / 2**20:>9.0f} {r['peak_delta_bytes'] / 2**20:>8.0f} "
+                  f"{r['peak_over_files']:>10.2f}  {r['cpus']}")
+        print(json.dumps(report))
+    finally:
+        if ctx:
+            ctx.cleanup()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    main()

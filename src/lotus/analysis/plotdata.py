@@ -1,0 +1,106 @@
+"""The long-form DataFrames the figures draw (pure functions of events/batches; no matplotlib here)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lotus.analysis.stats import op_durations, prepared, split_outliers
+from lotus.analysis.wait import waited
+
+TIMELINE_MAX_BATCHES = 400
+
+
+def preprocessing_frame(configs, *, remove_outliers: bool = False):
+    """``config, prep_ms``: one row per prepared batch of every config (configs: (name, batches) pairs)."""
+    import pandas as pd
+
+    parts = []
+    for name, batches in configs:
+        b = split_outliers(batches)[0] if remove_outliers else prepared(batches)
+        parts.append(pd.DataFrame({"config": name,
+                                   "prep_ms": b["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / 1e6}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["config", "prep_ms"])
+
+
+def op_frame(configs, *, max_per_op: int = 20_000, seed: int = 0):
+    """``config, op, ms``: per-call op times (a uniform sample of at most ``max_per_op`` per op and config,
+    enough for a distribution plot). configs: (name, events) pairs."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    parts = []
+    for name, events in configs:
+        for op, d in op_durations(events).items():
+            if d.size > max_per_op:
+                d = rng.choice(d, max_per_op, replace=False)
+            parts.append(pd.DataFrame({"config": name, "op": op, "ms": d / 1e6}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["config", "op", "ms"])
+
+
+def op_seconds_frame(configs):
+    """``config, op, cpu_s``: total time per op (load, transform ops, collate; not the overlapping totals)."""
+    import pandas as pd
+
+    rows = []
+    for name, events in configs:
+        for op, d in op_durations(events).items():
+            if op not in ("transform", "sample"):
+                rows.append({"config": name, "op": op, "cpu_s": float(d.sum()) / 1e9})
+    return pd.DataFrame(rows, columns=["config", "op", "cpu_s"])
+
+
+def wait_frame(batches, *, sort: str = "batch_id"):
+    """``x, batch_id, epoch, rank, wait_ms, delay_ms, buffered``: waited batches in consumption order
+    (``sort="batch_id"``) or by decreasing wait (``"duration"``); ``x`` is the plotting position."""
+    import pandas as pd
+
+    w = waited(batches)
+    t = pd.DataFrame({
+        "batch_id": w["batch_id"].to_numpy(), "epoch": w["epoch"].to_numpy(), "rank": w["rank"].to_numpy(),
+        "wait_ms": w["wait_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / 1e6,
+        "delay_ms": w["delay_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / 1e6,
+        "buffered": w["buffered"].to_numpy(dtype=bool, na_value=False),
+    })
+    if sort == "duration":
+        t = t.sort_values("wait_ms", ascending=False, kind="stable", ignore_index=True)
+    t.insert(0, "x", np.arange(len(t)))
+    return t
+
+
+def delay_frame(batches):
+    """``x, batch_id, delay_ms``: consumed batches with a known delay, in consumption order."""
+    import pandas as pd
+
+    ok = batches["delay_ns"].notna().to_numpy(dtype=bool, na_value=False)
+    b = batches[ok].sort_values(["rank", "loader", "epoch", "consumed_ns"], kind="stable")
+    return pd.DataFrame({"x": np.arange(len(b)), "batch_id": b["batch_id"].to_numpy(),
+                         "delay_ms": b["delay_ns"].to_numpy(dtype=np.float64) / 1e6})
+
+
+def timeline_frame(batches, *, max_batches: int = TIMELINE_MAX_BATCHES):
+    """``lane, kind, start_s, dur_s, batch_id``: Gantt bars of the first (rank, loader, epoch): one lane per
+    worker (its batch preprocessing) and one for the main loop (waits and steps); at most
+    ``max_batches`` batches, from the start of that epoch."""
+    import pandas as pd
+
+    cols = ["lane", "kind", "start_s", "dur_s", "batch_id"]
+    if batches.empty:
+        return pd.DataFrame(columns=cols)
+    first = batches.sort_values(["rank", "loader", "epoch"]).iloc[0]
+    b = batches[(batches["rank"] == first["rank"]) & (batches["loader"] == first["loader"])
+                & (batches["epoch"] == first["epoch"])].sort_values("batch_id").head(max_batches)
+    t0 = min(int(b[c].min()) for c in ("prep_start_ns", "wait_start_ns", "consumed_ns") if b[c].notna().any())
+    rows = []
+
+    def add(lane, kind, start, dur, ids):
+        ok = start.notna().to_numpy(dtype=bool, na_value=False) & dur.notna().to_numpy(dtype=bool, na_value=False)
+        for s, d, i in zip((start[ok] - t0).to_numpy(np.float64) / 1e9, dur[ok].to_numpy(np.float64) / 1e9,
+                           ids[ok].to_numpy(), strict=True):
+            rows.append((lane, kind, s, d, int(i)))
+
+    for wid, g in b.groupby(b["worker_id"].fillna(-1).astype("int64"), sort=True):
+        lane = "main process" if wid < 0 else f"worker {wid}"
+        add(lane, "preprocessing", g["prep_start_ns"], g["prep_dur_ns"], g["batch_id"])
+    add("training loop", "wait", b["wait_start_ns"], b["wait_dur_ns"], b["batch_id"])
+    add("training loop", "step", b["consumed_ns"], b["step_dur_ns"], b["batch_id"])
+    return pd.DataFrame(rows, columns=cols)
