@@ -82,6 +82,13 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("lotus: interrupted", err=True)
             ctx.exit(130)
+        except BrokenPipeError:  # `lotus ... | head`: the reader left; stop quietly
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+            ctx.exit(141)
         except Exception as exc:
             if os.environ.get("LOTUS_DEBUG"):
                 raise

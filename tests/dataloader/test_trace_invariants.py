@@ -193,3 +193,23 @@ def test_ops_of_nested_datasets_are_found(tmp_path):
     samples = events[events["name"] == "sample"]
     assert len(samples) == 8
     assert np.array_equal(np.sort(samples["sample"].to_numpy()), np.arange(8))
+
+
+class _ClassAttrDS(D.MapDS):
+    from torchvision import transforms as _T
+
+    transform = _T.Compose([D.AddNoise(), D.double])
+
+    def __init__(self, n=8):
+        super().__init__(n=n)
+        del self.transform  # use the class attribute
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_transform_as_class_attribute(workers, tmp_path):
+    ds = _ClassAttrDS()
+    assert "transform" not in vars(ds)
+    _, events, _ = traced(tmp_path, epochs=1, dataset=ds, batch_size=4, num_workers=workers)
+    assert set(events.loc[events["cat"] == "op", "name"].astype(str)) == {"AddNoise", "double"}
+    assert "transform" not in vars(ds)  # the user's object is left as it was

@@ -173,7 +173,7 @@ def write_chrome_trace(events, out: str | os.PathLike, *, coarse: bool = False, 
     from lotus import __version__
 
     out = Path(out)
-    kineto_docs = [_read_kineto(Path(p)) for p in kineto]
+    kineto_docs = [read_kineto(Path(p)) for p in kineto]
     taken: set = set()
     for doc in kineto_docs:
         taken |= {e.get("pid") for e in doc["traceEvents"] if isinstance(e, dict)}
@@ -369,7 +369,8 @@ def _write_flows(f, events, batches, procs: _Processes, base: int) -> int:
     return int(good.sum())
 
 
-def _read_kineto(path: Path) -> dict:
+def read_kineto(path: Path) -> dict:
+    """A torch.profiler (Kineto) Chrome-JSON trace, plain or gzipped; InputError when unreadable."""
     from lotus.errors import InputError
 
     try:

@@ -18,7 +18,9 @@ import click
 from lotus.cli import LazyGroup
 
 # name -> (module:attribute, one-line help); imported only when that subcommand runs
-SUBCOMMANDS: dict[str, tuple[str, str]] = {}
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "gpu": ("lotus.commands.analyze_gpu:gpu", "GPU idle time and how much of it is waiting for data."),
+}
 
 
 # -- shared helpers ----------------------------------------------------------------------------------

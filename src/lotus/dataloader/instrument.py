@@ -167,14 +167,31 @@ def _vars(obj) -> dict:
         return {}
 
 
-def transform_slots(ds, depth: int = 0, seen: set | None = None) -> list[tuple[object, str, object]]:
-    """(holder, attribute, transform) for every transform found on ``ds`` and the datasets it wraps."""
+def _class_transform(ds, attr: str):
+    """A transform object set as a class attribute (``transform = Compose(...)`` in the class body)."""
+    v = getattr(type(ds), attr, None)
+    if v is None or not callable(v) or isinstance(v, (types.FunctionType, types.MethodType, type, property)):
+        return None
+    return v
+
+
+def transform_slots(ds, depth: int = 0, seen: set | None = None) -> list[tuple[object, str, object, bool]]:
+    """(holder, attribute, transform, from_class) for every transform found on ``ds`` and the
+    datasets it wraps; ``from_class`` when the transform is a class attribute of the holder."""
     seen = set() if seen is None else seen
     if depth > _MAX_DEPTH or id(ds) in seen:
         return []
     seen.add(id(ds))
     d = _vars(ds)
-    slots = [(ds, a, d[a]) for a in TRANSFORM_ATTRS if callable(d.get(a))]
+    slots = []
+    for a in TRANSFORM_ATTRS:
+        if a in d:
+            if callable(d[a]):
+                slots.append((ds, a, d[a], False))
+        else:
+            v = _class_transform(ds, a)
+            if v is not None:
+                slots.append((ds, a, v, True))
     inner = d.get("dataset")
     if inner is not None and (hasattr(inner, "__getitem__") or hasattr(inner, "__iter__")):
         slots += transform_slots(inner, depth + 1, seen)
@@ -290,7 +307,7 @@ def _traced_subclass(cls: type, rec: Recorder, iterable: bool) -> type:
 
 def instrument_in_worker(ds, rec: Recorder, iterable: bool) -> bool:
     """Instrument a worker's private copy of the dataset in place. Returns True if samples are timed."""
-    for holder, attr, t in transform_slots(ds):
+    for holder, attr, t, _ in transform_slots(ds):
         try:
             setattr(holder, attr, trace_transform(t, rec))
         except Exception:
@@ -341,30 +358,40 @@ class TransformSwap:
         self.ds = ds
         self.rec = rec
         self._cache: dict[int, tuple[object, object]] = {}
-        self._active: list[tuple[object, str, object]] = []
+        self._active: list[tuple[object, str, object, bool]] = []
 
     def __enter__(self):
         active = []
-        for holder, attr, t in transform_slots(self.ds):
+        for holder, attr, t, from_class in transform_slots(self.ds):
             cached = self._cache.get(id(t))
             if cached is None or cached[0] is not t:
                 cached = (t, trace_transform(t, self.rec))
                 self._cache[id(t)] = cached
             try:
-                object.__setattr__(holder, attr, cached[1]) if _is_module(holder) else setattr(holder, attr, cached[1])
-                active.append((holder, attr, t))
+                _set(holder, attr, cached[1])
+                active.append((holder, attr, t, from_class))
             except Exception:
                 pass
         self._active = active
         return self
 
     def __exit__(self, *exc) -> None:
-        for holder, attr, t in reversed(self._active):
+        for holder, attr, t, from_class in reversed(self._active):
             try:
-                object.__setattr__(holder, attr, t) if _is_module(holder) else setattr(holder, attr, t)
+                if from_class:
+                    object.__delattr__(holder, attr)  # the class attribute shows through again
+                else:
+                    _set(holder, attr, t)
             except Exception:
                 pass
         self._active = []
+
+
+def _set(holder, attr: str, value) -> None:
+    if _is_module(holder):
+        object.__setattr__(holder, attr, value)  # not registered as a submodule
+    else:
+        setattr(holder, attr, value)
 
 
 def _is_module(obj) -> bool:
