@@ -34,15 +34,27 @@ def _dataset(root: Path, images: int):
         T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]))
 
 
-def _epoch_seconds(make_loader) -> tuple[float, int]:
+def _children_cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _epoch_seconds(make_loader) -> tuple[float, int, float]:
+    """Wall seconds of one epoch, images, and CPU seconds its workers used (they exit with the epoch)."""
+    import gc
+
     loader = make_loader()
+    cpu0 = _children_cpu_s()
     t0 = time.perf_counter()
     n = 0
     for images, _ in loader:
         n += images.shape[0]
     dt = time.perf_counter() - t0
     del loader
-    return dt, n
+    gc.collect()  # the exhausted iterator has joined its workers; their CPU time is now counted
+    return dt, n, _children_cpu_s() - cpu0
 
 
 def end_to_end(ds, rounds: int, batch_size: int, workers: int, trace_root: Path) -> dict:
@@ -69,12 +81,14 @@ def end_to_end(ds, rounds: int, batch_size: int, workers: int, trace_root: Path)
     for make in variants.values():  # warm-up: page cache, imports, first fork
         _epoch_seconds(make)
     times: dict[str, list[float]] = {k: [] for k in variants}
+    cpu: dict[str, list[float]] = {k: [] for k in variants}
     names = list(variants)
     for r in range(rounds):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
-            dt, n = _epoch_seconds(variants[name])
+            dt, n, c = _epoch_seconds(variants[name])
             times[name].append(dt)
+            cpu[name].append(c)
         print(f"round {r + 1}/{rounds}: " + ", ".join(f"{k} {times[k][-1]:.2f} s" for k in names),
               file=sys.stderr)
     close_main_writers()
@@ -82,7 +96,12 @@ def end_to_end(ds, rounds: int, batch_size: int, workers: int, trace_root: Path)
     events = [len(load_events(d)) for d in traced_dirs[1:]]  # skip the warm-up run
     ratio = [t / s for t, s in zip(times["lotus-traced"], times["stock"], strict=True)]
     ratio_off = [t / s for t, s in zip(times["lotus-untraced"], times["stock"], strict=True)]
+    cpu_ratio = [t / s for t, s in zip(cpu["lotus-traced"], cpu["stock"], strict=True) if s > 0]
+    cpu_ratio_off = [t / s for t, s in zip(cpu["lotus-untraced"], cpu["stock"], strict=True) if s > 0]
     return {
+        "worker_cpu_seconds": cpu,
+        "median_worker_cpu_ratio_traced_vs_stock": statistics.median(cpu_ratio) if cpu_ratio else None,
+        "median_worker_cpu_ratio_untraced_vs_stock": statistics.median(cpu_ratio_off) if cpu_ratio_off else None,
         "images_per_epoch": n_images,
         "seconds": times,
         "throughput_images_per_s": {k: statistics.median(n_images / t for t in v) for k, v in times.items()},
@@ -185,7 +204,7 @@ def hot_path_cost(n: int = 200_000) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=1280)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "lotus-bench-data")
@@ -212,6 +231,10 @@ def main(argv=None) -> int:
           f"lotus traced {tp['lotus-traced']:.1f}")
     print(f"  median time ratio traced/stock: {e2e['median_time_ratio_traced_vs_stock']:.4f} "
           f"({slowdown:+.2f}%); untraced/stock: {e2e['median_time_ratio_untraced_vs_stock']:.4f}")
+    if e2e["median_worker_cpu_ratio_traced_vs_stock"] is not None:
+        print(f"  median worker CPU-time ratio traced/stock: {e2e['median_worker_cpu_ratio_traced_vs_stock']:.4f} "
+              f"({(e2e['median_worker_cpu_ratio_traced_vs_stock'] - 1) * 100:+.2f}%); untraced/stock: "
+              f"{e2e['median_worker_cpu_ratio_untraced_vs_stock']:.4f} (the noise floor: same code as stock)")
     print(f"  events per epoch: {e2e['events_per_epoch']:.0f} "
           f"({e2e['events_per_epoch'] / e2e['images_per_epoch']:.1f} per image)")
     print(f"  cost per recorded event: {per_event['ns_per_event']:.0f} ns (sample/load/transform/op/collate mix, "

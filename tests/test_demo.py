@@ -47,3 +47,9 @@ def test_demo_cli_end_to_end(tmp_path):
 def test_demo_rejects_bad_options():
     result = CliRunner().invoke(cli, ["demo", "--steps", "0"])
     assert result.exit_code == 2
+
+
+def test_regenerating_with_another_spec_replaces_the_images(tmp_path):
+    generate_image_folder(tmp_path, DatasetSpec(images=20))
+    train = generate_image_folder(tmp_path, DatasetSpec(images=10))
+    assert len(list(train.rglob("*.jpg"))) == 10

@@ -29,7 +29,7 @@ class DatasetSpec:
     max_short_px: int = 500
     quality_min: int = 75
     quality_max: int = 95
-    version: int = 1
+    version: int = 2
 
 
 def source_photos() -> list[Path]:
@@ -67,11 +67,24 @@ def _one_image(rng: random.Random, src, spec: DatasetSpec):
     return img, rng.randint(spec.quality_min, spec.quality_max)
 
 
-def generate_image_folder(root: str | Path, spec: DatasetSpec = DatasetSpec(),
-                          progress: Callable[[int, int], None] | None = None) -> Path:
-    """Write the dataset under ``root/train`` (kept if an identical one is already there)."""
+def _write_range(args) -> int:
+    root, spec, lo, hi = args
     from PIL import Image
 
+    sources = [(p.stem, Image.open(p).convert("RGB")) for p in source_photos()]
+    for i in range(lo, hi):
+        cls, src = sources[i % len(sources)]
+        img, quality = _one_image(random.Random(f"{spec.seed}-{i}"), src, spec)  # one RNG per image
+        img.save(Path(root) / cls / f"{cls}_{i:05d}.jpg", quality=quality)
+    return hi - lo
+
+
+def generate_image_folder(root: str | Path, spec: DatasetSpec = DatasetSpec(),
+                          progress: Callable[[int, int], None] | None = None, workers: int = 1) -> Path:
+    """Write the dataset under ``root/train`` (kept if an identical one is already there).
+
+    ``workers`` > 1 generates in that many processes; the images are the same either way.
+    """
     root = Path(root)
     manifest = root / _MANIFEST
     train = root / "train"
@@ -84,16 +97,27 @@ def generate_image_folder(root: str | Path, spec: DatasetSpec = DatasetSpec(),
     photos = source_photos()
     if not photos:
         raise FileNotFoundError(f"no source photos in {PHOTOS}")
-    sources = [(p.stem, Image.open(p).convert("RGB")) for p in photos]
-    rng = random.Random(spec.seed)
-    for cls, _ in sources:
-        (train / cls).mkdir(parents=True, exist_ok=True)
-    for i in range(spec.images):
-        cls, src = sources[i % len(sources)]
-        img, quality = _one_image(rng, src, spec)
-        img.save(train / cls / f"{cls}_{i:05d}.jpg", quality=quality)
-        if progress is not None:
-            progress(i + 1, spec.images)
+    for p in photos:
+        (train / p.stem).mkdir(parents=True, exist_ok=True)
+        for old in (train / p.stem).glob(f"{p.stem}_*.jpg"):  # a different earlier spec: start afresh
+            old.unlink()
+    manifest.unlink(missing_ok=True)
+    chunk = 64
+    jobs = [(train, spec, lo, min(lo + chunk, spec.images)) for lo in range(0, spec.images, chunk)]
+    done = 0
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for n in pool.imap_unordered(_write_range, jobs):
+                done += n
+                if progress is not None:
+                    progress(done, spec.images)
+    else:
+        for job in jobs:
+            done += _write_range(job)
+            if progress is not None:
+                progress(done, spec.images)
     manifest.write_text(json.dumps(asdict(spec)))
     _log.info("generated %d JPEG images in %s", spec.images, train)
     return train
