@@ -111,7 +111,7 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
     root = logging.getLogger("lotus")
     root.handlers[:] = [handler]
     root.setLevel(level)
-    root.propagate = False
+    root.propagate = True  # test harnesses (caplog) and embedding apps still see the records
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

@@ -30,6 +30,7 @@ _LAZY = {
     "read_uarch_dir": "lotus.map.hw",
     "attribute_hw": "lotus.map.hw",
     "op_metrics": "lotus.map.hw",
+    "hw_tables": "lotus.map.hw",
 }
 _RENAMED = {"attribute_pyspy": "attribute"}
 

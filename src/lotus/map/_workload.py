@@ -141,6 +141,9 @@ def run(spec: dict) -> int:
             x = out
         except Exception as exc:
             result["errors"][op.name] = _error(exc)
+    # Errors of ops that were not asked for are kept apart: they only mean that their input flowed on.
+    result["chain_errors"] = {k: v for k, v in result["errors"].items() if wanted and k not in wanted}
+    result["errors"] = {k: v for k, v in result["errors"].items() if k not in result["chain_errors"]}
     selected = [op for op in ops if (not wanted or op.name in wanted) and op.name not in result["errors"]]
     result["order"] = [op.name for op in ops if not wanted or op.name in wanted]
     loops = {op.name: named(_op_loop, marker_name("_lotus_op__", op.name)) for op in selected}

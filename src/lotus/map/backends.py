@@ -112,7 +112,8 @@ def uprof_controller(cli: str | None) -> str | None:
     return None
 
 
-def uprof_collect_command(cli: str, out_dir: str | os.PathLike, workload: list[str], *, start_paused: bool) -> list[str]:
+def uprof_collect_command(cli: str, out_dir: str | os.PathLike, workload: list[str], *,
+                          start_paused: bool) -> list[str]:
     cmd = [cli, "collect", "--config", "tbp"]
     if start_paused:
         cmd.append("--start-paused")

@@ -33,7 +33,10 @@ PROFILE_COLUMNS = ("op", "run", "function", "module", "value")
 
 
 def func_key(function: str, module: str | None) -> str:
-    return f"{function}|{module or UNKNOWN_MODULE}"
+    """``"func|module"``; a missing module (None, NaN, empty) is ``[Unknown]`` as in VTune."""
+    if module is None or (isinstance(module, float) and math.isnan(module)) or not str(module).strip():
+        module = UNKNOWN_MODULE
+    return f"{function}|{module}"
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -79,7 +82,7 @@ def build_mapping(profile, *, min_support: float = 0.0, op_order: list[str] | No
         if part.empty or n == 0:
             op_to_func[op], weights[op], support[op] = [], {}, {}
             continue
-        keys = [func_key(f, m) for f, m in zip(part["function"], part["module"])]
+        keys = [func_key(f, m) for f, m in zip(part["function"], part["module"], strict=True)]
         part = part.assign(key=keys)
         total = float(part["value"].sum())
         by_key = part.groupby("key", sort=False).agg(value=("value", "sum"), runs=("run", "nunique"))
@@ -171,7 +174,8 @@ def profile_dirs(root: str | os.PathLike) -> dict[str, list[Path]]:
     if not out:
         loose = [f.name for f in r.iterdir() if f.is_file()][:3]
         hint = f" (found files {loose} directly in it)" if loose else ""
-        raise InputError(f"unknown layout: expected one folder per op holding one CSV per run, <dir>/<Op>/<run>.csv{hint}", r)
+        raise InputError("unknown layout: expected one folder per op holding one CSV per run, "
+                         f"<dir>/<Op>/<run>.csv{hint}", r)
     return out
 
 

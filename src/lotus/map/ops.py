@@ -101,7 +101,8 @@ def transforms_of(obj: Any) -> list:
     elif callable(obj):
         items = [obj]
     else:
-        raise InputError(f"--pipeline object is a {type(obj).__name__}: expected a Compose, a list of transforms or a callable")
+        raise InputError(f"--pipeline object is a {type(obj).__name__}: "
+                         "expected a Compose, a list of transforms or a callable")
     bad = [type(t).__name__ for t in items if not callable(t)]
     if bad:
         raise InputError(f"--pipeline holds non-callable items: {', '.join(bad)}")

@@ -78,6 +78,8 @@ def map_run(
     work_dir: str | os.PathLike | None = None,
     timeout_s: float = 900.0,
     settle_s: float = 1.0,
+    symbols_from: list[str] | None = None,
+    borrow_names: bool = True,
 ) -> dict:
     """Map each op to the native functions it runs; see :mod:`lotus.map` and docs/lotusmap.md."""
     if image is not None and not Path(image).is_file():
@@ -95,9 +97,11 @@ def map_run(
     try:
         if backend == "pyspy":
             mapping = _run_pyspy(exe, work, common, runs=runs, rate=rate, min_support=min_support,
-                                 timeout_s=timeout_s, settle_s=settle_s)
+                                 timeout_s=timeout_s, settle_s=settle_s, symbols_from=symbols_from,
+                                 borrow_names=borrow_names)
         else:
-            mapping = _run_collector(backend, exe, work, common, runs=runs, min_support=min_support, timeout_s=timeout_s)
+            mapping = _run_collector(backend, exe, work, common, runs=runs, min_support=min_support,
+                                     timeout_s=timeout_s)
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -133,7 +137,8 @@ def _wait_ready(proc: subprocess.Popen, ready: Path, timeout_s: float, log: Path
 
 
 def _run_pyspy(pyspy: str, work: Path, common: dict, *, runs: int, rate: int, min_support: float,
-               timeout_s: float, settle_s: float) -> dict:
+               timeout_s: float, settle_s: float, symbols_from: list[str] | None, borrow_names: bool) -> dict:
+    from lotus.map.donors import Donors
     from lotus.map.pyspy import attribute, read_collapsed
     from lotus.map.symbols import Symbolizer, read_maps_file
 
@@ -156,6 +161,11 @@ def _run_pyspy(pyspy: str, work: Path, common: dict, *, runs: int, rate: int, mi
             pump = threading.Thread(target=_pump, args=(spy.stdout, lines, started), daemon=True)
             pump.start()
             started.wait(timeout=60)
+            if not pump.is_alive():  # py-spy closed its output: it has exited or is exiting
+                try:
+                    spy.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
             if spy.poll() is not None and not raw.exists():
                 pump.join(5)
                 proc.kill()
@@ -179,7 +189,8 @@ def _run_pyspy(pyspy: str, work: Path, common: dict, *, runs: int, rate: int, mi
     result = _read_result(spec, log)
     if not raw.exists():
         raise B.ToolError(B.explain_pyspy_failure("\n".join(lines), spy.returncode))
-    symbolizer = Symbolizer(read_maps_file(maps)) if maps.exists() else None
+    donors = Donors(symbols_from, search=borrow_names) if (borrow_names or symbols_from) else None
+    symbolizer = Symbolizer(read_maps_file(maps), donors=donors) if maps.exists() else None
     att = attribute(read_collapsed(raw), result["markers"], symbolizer)
     runs_done = {op: len(v["runs"]) for op, v in result["ops"].items()}
     order = [op for op in result["order"] if op not in result["errors"]]
@@ -194,24 +205,39 @@ def _run_pyspy(pyspy: str, work: Path, common: dict, *, runs: int, rate: int, mi
         "samples_outside_ops": int(att.outside_samples),
         "calls": {op: sum(v["calls"]) for op, v in result["ops"].items()},
         "errors": result["errors"],
+        "chain_errors": result.get("chain_errors", {}),
         "func_context": att.context,
+        "matched_names": symbolizer.matched if symbolizer is not None else {},
         "modules": att.modules,
-        "pyspy_messages": [ln for ln in lines if "behind in sampling" not in ln][-5:],
+        "pyspy_messages": [ln for ln in lines if ln.strip() and "behind in sampling" not in ln][-5:],
     }
     return build_mapping(att.profile, min_support=min_support, op_order=order, runs=runs_done, meta=meta)
 
 
 def _list_ops(work: Path, common: dict, timeout_s: float) -> list[str]:
+    """The ops to measure: the default chain's, or those of the user's pipeline (asked to the workload)."""
+    wanted = common.get("ops")
+    if common.get("pipeline") is None:
+        from lotus.map.ops import DEFAULT_OPS
+
+        unknown = [o for o in wanted or [] if o not in DEFAULT_OPS]
+        if unknown:
+            raise InputError(f"unknown op(s) {unknown}; the default pipeline has: {', '.join(DEFAULT_OPS)}")
+        return [o for o in DEFAULT_OPS if not wanted or o in wanted]
     spec_path, spec = _spec(work, "list", list_only=True, **common)
     log = work / "list.log"
     with open(log, "w") as logf:
-        subprocess.run(B.workload_command(spec_path), stdout=logf, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+        subprocess.run(B.workload_command(spec_path), stdout=logf, stderr=subprocess.STDOUT, timeout=timeout_s,
+                       check=False)
     result = _read_result(spec, log)
-    wanted = common.get("ops")
+    unknown = [o for o in wanted or [] if o not in result["available"]]
+    if unknown:
+        raise InputError(f"unknown op(s) {unknown}; this pipeline has: {', '.join(result['available'])}")
     return [o for o in result["available"] if not wanted or o in wanted]
 
 
-def _run_checked(cmd: list[str], log: Path, timeout_s: float, what: str) -> None:
+def _run_checked(cmd: list[str], log: Path, timeout_s: float, what: str, spec: dict | None = None) -> None:
+    """Run a profiler command; on failure, the workload's own error (if it wrote one) comes first."""
     with open(log, "a") as logf:
         logf.write("$ " + " ".join(cmd) + "\n")
         logf.flush()
@@ -220,12 +246,41 @@ def _run_checked(cmd: list[str], log: Path, timeout_s: float, what: str) -> None
         except subprocess.TimeoutExpired:
             raise B.ToolError(f"{what} did not finish in {timeout_s:.0f} s") from None
     if rc != 0:
+        if spec is not None and Path(spec["result_file"]).exists():
+            _read_result(spec, log)  # raises for a workload that could not run
         raise B.ToolError(f"{what} failed (exit code {rc}): {_tail(log)}; full log: {log}")
+
+
+def _collect_one(backend: str, exe: str, work: Path, name: str, spec_path: Path, spec: dict, csv_out: Path,
+                 lib: str | None, log: Path, timeout_s: float) -> None:
+    """One collection of one op and run, its report written to ``csv_out``."""
+    workload = B.workload_command(spec_path)
+    if backend == "vtune":
+        result_dir = work / "results" / name
+        _run_checked(B.vtune_collect_command(exe, result_dir, workload), log, timeout_s, "vtune -collect", spec)
+        _run_checked(B.vtune_report_command(exe, result_dir, csv_out), log, timeout_s, "vtune -report")
+        return
+    out_dir = work / "sessions" / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmd = B.uprof_collect_command(exe, out_dir, workload, start_paused=lib is not None)
+    _run_checked(cmd, log, timeout_s, "AMDuProfCLI collect", spec)
+    sessions = sorted((d for d in out_dir.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    if not sessions:
+        raise B.ToolError(f"AMDuProfCLI collect wrote no session directory under {out_dir}")
+    _run_checked(B.uprof_report_command(exe, sessions[-1]), log, timeout_s, "AMDuProfCLI report")
+    reports = sorted(sessions[-1].rglob("*.csv"), key=lambda f: f.stat().st_mtime)
+    if not reports:
+        raise B.ToolError(f"AMDuProfCLI report wrote no CSV under {sessions[-1]}")
+    shutil.copyfile(reports[-1], csv_out)
 
 
 def _run_collector(backend: str, exe: str, work: Path, common: dict, *, runs: int, min_support: float,
                    timeout_s: float) -> dict:
     """VTune / uProf: one collection per op and run, laid out like the study (<dir>/<Op>/<run>.csv), then imported."""
+    import pandas as pd
+
+    from lotus.map.mapping import PROFILE_COLUMNS
+
     ops = _list_ops(work, common, timeout_s)
     lib = B.uprof_controller(exe) if backend == "uprof" else None
     if backend == "uprof" and lib is None:
@@ -240,33 +295,19 @@ def _run_collector(backend: str, exe: str, work: Path, common: dict, *, runs: in
             name = f"{op}-{r}"
             spec_path, spec = _spec(work, name, **{**common, "ops": [op]}, runs=1,
                                     mode="itt" if backend == "vtune" else "uprof", uprof_lib=lib)
-            csv_out = layout / op / f"{r}.csv"
-            if backend == "vtune":
-                result_dir = work / "results" / name
-                _run_checked(B.vtune_collect_command(exe, result_dir, B.workload_command(spec_path)), log, timeout_s,
-                             "vtune -collect")
-                _run_checked(B.vtune_report_command(exe, result_dir, csv_out), log, timeout_s, "vtune -report")
-            else:
-                out_dir = work / "sessions" / name
-                out_dir.mkdir(parents=True, exist_ok=True)
-                _run_checked(B.uprof_collect_command(exe, out_dir, B.workload_command(spec_path),
-                                                     start_paused=lib is not None), log, timeout_s, "AMDuProfCLI collect")
-                sessions = sorted((d for d in out_dir.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
-                if not sessions:
-                    raise B.ToolError(f"AMDuProfCLI collect wrote no session directory under {out_dir}")
-                _run_checked(B.uprof_report_command(exe, sessions[-1]), log, timeout_s, "AMDuProfCLI report")
-                reports = sorted(sessions[-1].rglob("*.csv"), key=lambda f: f.stat().st_mtime)
-                if not reports:
-                    raise B.ToolError(f"AMDuProfCLI report wrote no CSV under {sessions[-1]}")
-                shutil.copyfile(reports[-1], csv_out)
+            _collect_one(backend, exe, work, name, spec_path, spec, layout / op / f"{r}.csv", lib, log, timeout_s)
             result = _read_result(spec, log)
             if op in result["errors"]:
                 errors[op] = result["errors"][op]
                 shutil.rmtree(layout / op, ignore_errors=True)
                 break
-    profile = import_profiles(layout, backend)
+    done = [o for o in ops if o not in errors]
+    if done:
+        profile = import_profiles(layout, backend)
+    else:
+        profile = pd.DataFrame(columns=list(PROFILE_COLUMNS))
+        profile.attrs["runs"] = {}
     meta = {"backend": backend, "errors": errors,
             "weight_basis": "CPU Time (s) of the function / the op's total, over all runs" if backend == "vtune"
             else "first event count (CPU_TIME samples) of the function / the op's total, over all runs"}
-    return build_mapping(profile, min_support=min_support, op_order=[o for o in ops if o not in errors],
-                         runs=profile.attrs["runs"], meta=meta)
+    return build_mapping(profile, min_support=min_support, op_order=done, runs=profile.attrs["runs"], meta=meta)

@@ -89,11 +89,11 @@ def read_table(path: str | os.PathLike, *, text: str | None = None, start_line: 
         raise InputError(f"malformed CSV: {exc}", p, start_line + i + reader.line_num - 1) from None
     assert header is not None
     width = len(header)
-    short = [ln for r, ln in zip(rows, lines) if len(r) < width]
+    short = [ln for r, ln in zip(rows, lines, strict=True) if len(r) < width]
     if short:
         _log.warning("%s: %d row(s) shorter than the header (first at line %d), padded with missing values",
                      p, len(short), short[0])
-    long_rows = [ln for r, ln in zip(rows, lines) if len(r) > width]
+    long_rows = [ln for r, ln in zip(rows, lines, strict=True) if len(r) > width]
     if long_rows:
         raise InputError(f"row has more cells than the header's {width} columns", p, long_rows[0])
     rows = [r + [""] * (width - len(r)) for r in rows]

@@ -81,7 +81,7 @@ def read_uprof(path: str | os.PathLike):
     ev_names = [snake(table.header[j]) for j in events]
     for name in ev_names:
         data[name] = []
-    for row, line in zip(table.rows, table.lines):
+    for row, line in zip(table.rows, table.lines, strict=True):
         try:
             values = [parse_number(row[j]) for j in events]
         except ValueError:
@@ -92,7 +92,7 @@ def read_uprof(path: str | os.PathLike):
         data["function"].append(row[fcol].strip())
         data["module_path"].append(mod or None)
         data["module"].append(mod.replace("\\", "/").rsplit("/", 1)[-1] if mod else None)
-        for name, v in zip(ev_names, values):
+        for name, v in zip(ev_names, values, strict=True):
             data[name].append(v)
     df = pd.DataFrame(data)
     for name in ev_names:

@@ -105,7 +105,7 @@ def column_names(headers: list[str], *, leaf: bool) -> list[str]:
     counts: dict[str, int] = {}
     for s in short:
         counts[s] = counts.get(s, 0) + 1
-    return _dedupe([s if counts[s] == 1 else f for s, f in zip(short, full)])
+    return _dedupe([s if counts[s] == 1 else f for s, f in zip(short, full, strict=True)])
 
 
 def _dedupe(names: list[str]) -> list[str]:
@@ -143,10 +143,8 @@ def numeric_column(header: str, cells: list[str | None]) -> tuple[list[float], s
         return None
     name, head_unit = header_unit(header)
     default_unit = head_unit
-    if default_unit is None and not units:
-        last = name.split(":")[-1].strip().lower()
-        if last in SECONDS_HEADERS or name.strip().lower() in SECONDS_HEADERS:
-            default_unit = "s"
+    if default_unit is None and not units and any(p.strip().lower() in SECONDS_HEADERS for p in name.split(":")):
+        default_unit = "s"
     values = [to_unit(v, u if u is not None else default_unit) for v, u in parsed]
     unit = next(iter(units)) if units else default_unit
     return values, (UNITS[unit][0] if unit else "")

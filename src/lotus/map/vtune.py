@@ -107,7 +107,8 @@ def read_vtune_hotspots(path: str | os.PathLike):
     df = _frame(table, leaf=False)
     if "cpu_time_s" not in df.columns:
         raise InputError(
-            f"missing column 'CPU Time' (expected columns: 'Function', 'CPU Time', 'Module'); found: {_shown(table.header)}",
+            "missing column 'CPU Time' (expected columns: 'Function', 'CPU Time', 'Module'); "
+            f"found: {_shown(table.header)}",
             table.path, table.header_line,
         )
     if df["module"].isna().all() and find_column(table.header, *MODULE_HEADERS) is None:
@@ -115,7 +116,8 @@ def read_vtune_hotspots(path: str | os.PathLike):
     bad = df["cpu_time_s"].isna()
     if bad.any():
         first = df.attrs["lines"][int(bad.to_numpy().nonzero()[0][0])]
-        _log.warning("%s: %d row(s) without a CPU Time (first at line %d) count as 0 s", table.path, int(bad.sum()), first)
+        _log.warning("%s: %d row(s) without a CPU Time (first at line %d) count as 0 s",
+                     table.path, int(bad.sum()), first)
         df["cpu_time_s"] = df["cpu_time_s"].fillna(0.0)
     return df
 
@@ -179,7 +181,7 @@ def _put(out: dict, name: str, value: str) -> None:
     key = snake(name)
     if key in out:
         return  # the first (top-level) occurrence wins
-    parsed = parse_cell(value.split(" of ")[0].strip() if value else value)
+    parsed = parse_cell(value.split(" of ", maxsplit=1)[0].strip() if value else value)
     if parsed is None:
         out[key] = value.strip()
         return
