@@ -158,6 +158,7 @@ def overhead(a) -> dict:
     rows = []
     for w in a.workers:
         ips: dict[str, list[float]] = {"untraced": [], "traced": []}
+        cpu: dict[str, list[float]] = {"untraced": [], "traced": []}
         for rep in range(a.repeats):
             order = ["untraced", "traced"] if rep % 2 == 0 else ["traced", "untraced"]
             for mode in order:
@@ -167,16 +168,23 @@ def overhead(a) -> dict:
                                    "1", "--train-loop", str(a.steps), "--print-freq", "0", *extra],
                                   a.work / f"{name}.log")
                 if run["rc"] == 0 and run["results"]:
-                    ips[mode].append(run["results"][0]["images_per_s"])
+                    res = run["results"][0]
+                    ips[mode].append(res["images_per_s"])
+                    cpu[mode].append(res["cpu_workers_s"] / max(res["images"], 1) * 1e3)  # ms per image
         ratios = [t / u for t, u in zip(ips["traced"], ips["untraced"], strict=False)]
+        cpu_ratios = [t / u for t, u in zip(cpu["traced"], cpu["untraced"], strict=False) if u]
         rows.append({"arch": a.archs[0], "workers": w, "untraced_images_per_s": ips["untraced"],
                      "traced_images_per_s": ips["traced"],
-                     "median_throughput_ratio": statistics.median(ratios) if ratios else None})
+                     "median_throughput_ratio": statistics.median(ratios) if ratios else None,
+                     "worker_cpu_ms_per_image_untraced": cpu["untraced"],
+                     "worker_cpu_ms_per_image_traced": cpu["traced"],
+                     "median_worker_cpu_ratio": statistics.median(cpu_ratios) if cpu_ratios else None})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     cpu = subprocess.run([sys.executable, str(REPO / "benchmarks" / "overhead.py"), "--images", "1280", "--rounds",
                           str(a.rounds), "--json", str(a.out / "overhead_cpu_pipeline.json")],
                          capture_output=True, text=True, env=_env(), timeout=900, check=False)
-    md = _md(rows, ["arch", "workers", "untraced_images_per_s", "traced_images_per_s", "median_throughput_ratio"])
+    md = _md(rows, ["arch", "workers", "untraced_images_per_s", "traced_images_per_s", "median_throughput_ratio",
+                    "median_worker_cpu_ratio"])
     return {"rows": rows, "md": md + "\n```\n" + cpu.stdout + "```\n", "cpu_pipeline_stdout": cpu.stdout,
             "cpu_pipeline_stderr_tail": cpu.stderr[-2000:]}
 

@@ -97,9 +97,13 @@ def end_to_end(ds, rounds: int, batch_size: int, workers: int, trace_root: Path)
     ratio = [t / s for t, s in zip(times["lotus-traced"], times["stock"], strict=True)]
     ratio_off = [t / s for t, s in zip(times["lotus-untraced"], times["stock"], strict=True)]
     cpu_ratio = [t / s for t, s in zip(cpu["lotus-traced"], cpu["stock"], strict=True) if s > 0]
+    vs_untraced = [t / u for t, u in zip(times["lotus-traced"], times["lotus-untraced"], strict=True)]
+    cpu_vs_untraced = [t / u for t, u in zip(cpu["lotus-traced"], cpu["lotus-untraced"], strict=True) if u > 0]
     cpu_ratio_off = [t / s for t, s in zip(cpu["lotus-untraced"], cpu["stock"], strict=True) if s > 0]
     return {
         "worker_cpu_seconds": cpu,
+        "median_time_ratio_traced_vs_untraced": statistics.median(vs_untraced),
+        "median_worker_cpu_ratio_traced_vs_untraced": statistics.median(cpu_vs_untraced) if cpu_vs_untraced else None,
         "median_worker_cpu_ratio_traced_vs_stock": statistics.median(cpu_ratio) if cpu_ratio else None,
         "median_worker_cpu_ratio_untraced_vs_stock": statistics.median(cpu_ratio_off) if cpu_ratio_off else None,
         "images_per_epoch": n_images,
@@ -235,6 +239,9 @@ def main(argv=None) -> int:
         print(f"  median worker CPU-time ratio traced/stock: {e2e['median_worker_cpu_ratio_traced_vs_stock']:.4f} "
               f"({(e2e['median_worker_cpu_ratio_traced_vs_stock'] - 1) * 100:+.2f}%); untraced/stock: "
               f"{e2e['median_worker_cpu_ratio_untraced_vs_stock']:.4f} (the noise floor: same code as stock)")
+    print(f"  traced vs lotus untraced (same DataLoader class, tracing off): time "
+          f"{(e2e['median_time_ratio_traced_vs_untraced'] - 1) * 100:+.2f}%, worker CPU "
+          f"{(e2e['median_worker_cpu_ratio_traced_vs_untraced'] - 1) * 100:+.2f}%")
     print(f"  events per epoch: {e2e['events_per_epoch']:.0f} "
           f"({e2e['events_per_epoch'] / e2e['images_per_epoch']:.1f} per image)")
     print(f"  cost per recorded event: {per_event['ns_per_event']:.0f} ns (sample/load/transform/op/collate mix, "

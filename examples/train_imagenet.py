@@ -55,6 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--trace-dir", type=Path, default=None, help="lotus trace directory (else $LOTUS_TRACE_DIR)")
     p.add_argument("--no-trace", action="store_true", help="run untraced (for overhead comparisons)")
     p.add_argument("--itt", action="store_true", help="ITT tasks for VTune")
+    p.add_argument("--itt-resume", action="store_true",
+                   help="resume VTune collection (ITT) just before the training loop and pause it after "
+                        "(for vtune -start-paused)")
     p.add_argument("--telemetry", action="store_true", help="sample NVML GPU telemetry into the trace")
     p.add_argument("--worker-assignment", default=None, choices=["round_robin", "free_worker"])
     p.add_argument("--delivery-order", default=None, choices=["in_order", "lowest_ready_first", "arrival"])
@@ -112,7 +115,8 @@ def main(argv=None) -> int:
     if args.generate and rank == 0:
         from lotus.demo.dataset import DatasetSpec, generate_image_folder
 
-        generate_image_folder(args.data, DatasetSpec(images=args.generate, seed=args.seed))
+        generate_image_folder(args.data, DatasetSpec(images=args.generate, seed=args.seed),
+                              workers=min(os.cpu_count() or 1, 16))
     if world > 1:
         dist.barrier()
     torch.manual_seed(args.seed)
@@ -140,6 +144,12 @@ def main(argv=None) -> int:
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if args.amp and device.type == "cuda"
                 else contextlib.nullcontext())
     steps = images = 0
+    itt = None
+    if args.itt_resume:
+        import ittapi
+
+        itt = ittapi
+        itt.resume()
     t_start = time.perf_counter()
     with make_profiler(args, trace_dir, rank, device) as prof:
         for epoch in range(args.epochs):
@@ -168,14 +178,24 @@ def main(argv=None) -> int:
                 print(f"epoch {epoch}: {time.perf_counter() - t_epoch:.2f} s", file=sys.stderr, flush=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
+    if itt is not None:
+        itt.pause()
     elapsed = time.perf_counter() - t_start
+    del loader  # joins the workers, so their CPU time is counted below
+    import gc
+    import resource
+
+    gc.collect()
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = {"rank": rank, "world_size": world, "arch": args.arch, "batch_size": args.batch_size,
               "workers": args.workers, "device": str(device), "traced": trace_dir is not None,
               "steps": steps, "images": images, "seconds": round(elapsed, 3),
               "images_per_s": round(images / elapsed, 2) if elapsed else 0.0,
               "worker_assignment": args.worker_assignment or "round_robin",
-              "delivery_order": args.delivery_order or "in_order", "torch": torch.__version__}
-    del loader
+              "delivery_order": args.delivery_order or "in_order", "torch": torch.__version__,
+              "cpu_main_s": round(own.ru_utime + own.ru_stime, 3),
+              "cpu_workers_s": round(kids.ru_utime + kids.ru_stime, 3)}
     if trace_dir is not None:
         Path(trace_dir).mkdir(parents=True, exist_ok=True)
         (Path(trace_dir) / f"run-r{rank}.json").write_text(json.dumps(result, indent=2))

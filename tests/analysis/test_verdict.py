@@ -120,3 +120,30 @@ def test_in_process_loading_suggests_workers(tmp_path):
     first = v["suggestions"][0]
     assert first["id"] == "more_workers" and "num_workers=0" in first["text"]
     assert "prefetch" not in [s["id"] for s in v["suggestions"]]
+
+
+def test_startup_dominated_run_is_fine_in_steady_state(tmp_path):
+    """A short run whose only real wait is the first batch (workers starting): say so, do not ask for workers."""
+    from lotus.trace import batches_from_events, load_events
+    from lotus.trace import schema as S
+    from lotus.trace.writer import TraceWriter
+
+    w = TraceWriter(tmp_path, "main")
+    wk = TraceWriter(tmp_path, "worker", worker_id=0)
+    t = 0
+    ms = 1_000_000
+    for i in range(20):
+        wait = 800 * ms if i == 0 else ms // 5
+        for rec in ((wk, S.EV_FETCH, t - 50 * ms, 40 * ms, 0), (w, S.EV_WAIT, t, wait, 0),
+                    (w, S.EV_CONSUMED, t + wait, 0, 0)):
+            rec[0].buf += rec[0].pack(rec[1], 0, 0, rec[2], rec[3], i, -1, rec[4])
+        t += wait + 100 * ms
+    w.close()
+    wk.close()
+    ev = load_events(tmp_path)
+    v = verdict(ev, batches_from_events(ev))
+    assert v["class"] == "severely input-bound"
+    assert v["steady_class"] == "fine" and v["steady_wait_share"] < 0.01
+    assert v["startup_wait_s"] == pytest.approx(0.8)
+    ids = [s["id"] for s in v["suggestions"]]
+    assert ids[0] == "startup" and "more_workers" not in ids and "prefetch" not in ids

@@ -4,6 +4,9 @@
   Wait share = sum of waits / sum of loop times (ranks merged; ``per_rank`` breaks it down).
   Class: < 5 % ``fine``, 5-20 % ``input-bound``, > 20 % ``severely input-bound``; ``unknown`` for
   runs without wait events.
+* Steady state: the same share without the first batch of each (rank, loader, epoch), whose wait is
+  worker start-up and cold reads; short runs are often "input-bound" only because of it, and the
+  suggestions then say so instead of asking for more workers.
 * Slowest op: the part of preprocessing (load, a transform op, collate) with the largest total time,
   with its share of all batch preprocessing time.
 * Worker utilisation: sum of a worker's batch preprocessing (``fetch``) durations / span of the epoch
@@ -136,6 +139,10 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
             s = float(g["span_ns"].sum())
             per_rank[int(rank)] = {"loop_s": s / 1e9, "wait_s": float(g["wait_ns"].sum()) / 1e9,
                                    "wait_share": float(g["wait_ns"].sum()) / s if s else None}
+    startup_ns = _startup_wait_ns(batches) if known else None
+    steady = None
+    if known and loop_ns - startup_ns > 0:
+        steady = (wait_ns - startup_ns) / (loop_ns - startup_ns)
     util = worker_utilisation(batches)
     workers = {
         "count": len(util),
@@ -150,6 +157,9 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
         "wait_share": share,
         "loop_s": None if loop_ns is None else loop_ns / 1e9,
         "wait_s": None if wait_ns is None else wait_ns / 1e9,
+        "startup_wait_s": None if startup_ns is None else startup_ns / 1e9,
+        "steady_wait_share": steady,
+        "steady_class": classify(steady),
         "batches": int(batches["consumed_ns"].notna().sum()),
         "per_rank": per_rank,
         "slowest_op": ops[0] if ops else None,
@@ -162,6 +172,16 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
     }
     out["suggestions"] = suggestions(out, spans, batches)
     return out
+
+
+def _startup_wait_ns(batches) -> float:
+    """Wait for the first batch handed out in each (rank, loader, epoch): start-up, not steady state."""
+    ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
+    b = batches[ok]
+    if b.empty:
+        return 0.0
+    first = b.sort_values("consumed_ns").groupby(GROUP, sort=False).head(1)
+    return float(first["wait_dur_ns"].sum())
 
 
 def _worker_label(rank: int, worker: int) -> str:
@@ -203,6 +223,22 @@ def suggestions(v: dict, spans, batches) -> list[dict]:
                             f"num_workers={fewer} (now {n_workers}) would likely keep up and free CPU cores."})
         return out
     wait_ns = (v["wait_s"] or 0) * 1e9
+    if v.get("steady_class") == FINE and v.get("steady_wait_share") is not None:
+        start = v.get("startup_wait_s") or 0.0
+        out.append({"id": "startup", "text": f"{start:.3g} s of the {wait_ns / 1e9:.3g} s of waiting is the first "
+                    f"batch of each epoch (worker start-up, cold reads); in steady state the loop waits only "
+                    f"{v['steady_wait_share']:.1%}: the pipeline keeps up once running, and longer runs amortise "
+                    "the start."})
+        restarts = _first_batch_wait_ns(batches, spans)
+        if restarts > 0 and s.get("persistent_workers") is not True:
+            out.append({"id": "persistent_workers", "text": f"persistent_workers=True: restarting workers cost "
+                        f"{restarts / 1e9:.3g} s of waiting at the start of later epochs."})
+        if slow is not None and (slow.get("share_of_preprocessing") or 0) >= 0.25:
+            hint = _OP_HINTS.get(slow["name"], "look for a cheaper implementation, or move it to the GPU")
+            out.append({"id": "cheaper_op", "text": f"Make '{slow['name']}' cheaper: "
+                        f"{slow['share_of_preprocessing']:.0%} of preprocessing time ({slow['mean_ms']:.3g} ms per "
+                        f"call); {hint}."})
+        return out
     in_process = n_workers == 0 or (n_workers is None and any(k.endswith("/main") for k in v["workers"]["per_worker"]))
     if cls in (INPUT_BOUND, SEVERE) and in_process:
         loop_ns = (v["loop_s"] or 0) * 1e9

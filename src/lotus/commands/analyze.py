@@ -236,6 +236,9 @@ def _print_verdict(name: str, v: dict, per_rank: bool) -> None:
     else:
         click.echo(f"{name}: {v['class'].upper()} - the loop waited {pct(v['wait_share'])} of "
                    f"{v['loop_s']:.3g} s for data ({v['batches']} batches)")
+    if v.get("steady_wait_share") is not None and v.get("startup_wait_s"):
+        click.echo(f"  steady state (first batch of each epoch left out): waited {pct(v['steady_wait_share'])} "
+                   f"({v['steady_class']}); start-up waits {v['startup_wait_s']:.3g} s")
     if per_rank and v["per_rank"]:
         click.echo("  per rank: " + ", ".join(f"rank {r} {pct(d['wait_share'])}" for r, d in v["per_rank"].items()))
     slow = v["slowest_op"]
