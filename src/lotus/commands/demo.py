@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -41,7 +42,7 @@ def demo(root: Path, images: int, steps: int, batch_size: int, workers: int, mod
         bar = bars.get(phase)
         if bar is None:
             label = "generating images" if phase == "dataset" else "training        "
-            bar = bars[phase] = click.progressbar(length=total, label=label, file=click.get_text_stream("stderr"),
+            bar = bars[phase] = click.progressbar(length=total, label=label, file=sys.stderr,
                                                   show_pos=True)
             bar.__enter__()
         bar.update(done - bar.pos)
