@@ -57,6 +57,20 @@ def _epoch_seconds(make_loader) -> tuple[float, int, float]:
     return dt, n, _children_cpu_s() - cpu0
 
 
+def bootstrap_ratio_ci(a: list[float], b: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of median(a) / median(b) over rounds resampled with replacement (paired)."""
+    import random
+
+    rng = random.Random(seed)
+    k = len(a)
+    ratios = []
+    for _ in range(n):
+        idx = [rng.randrange(k) for _ in range(k)]
+        ratios.append(statistics.median(a[i] for i in idx) / statistics.median(b[i] for i in idx))
+    ratios.sort()
+    return ratios[int(0.025 * n)], ratios[int(0.975 * n) - 1]
+
+
 def end_to_end(ds, rounds: int, batch_size: int, workers: int, trace_root: Path) -> dict:
     import torch
 
@@ -103,6 +117,14 @@ def end_to_end(ds, rounds: int, batch_size: int, workers: int, trace_root: Path)
     return {
         "worker_cpu_seconds": cpu,
         "median_time_ratio_traced_vs_untraced": statistics.median(vs_untraced),
+        "ratio_of_medians_traced_vs_untraced": statistics.median(times["lotus-traced"])
+        / statistics.median(times["lotus-untraced"]),
+        "ratio_of_medians_ci95": bootstrap_ratio_ci(times["lotus-traced"], times["lotus-untraced"]),
+        "cpu_ratio_of_medians_traced_vs_untraced": (statistics.median(cpu["lotus-traced"])
+                                                    / statistics.median(cpu["lotus-untraced"])
+                                                    if statistics.median(cpu["lotus-untraced"]) else None),
+        "cpu_ratio_of_medians_ci95": (bootstrap_ratio_ci(cpu["lotus-traced"], cpu["lotus-untraced"])
+                                      if min(cpu["lotus-untraced"]) > 0 else None),
         "median_worker_cpu_ratio_traced_vs_untraced": statistics.median(cpu_vs_untraced) if cpu_vs_untraced else None,
         "median_worker_cpu_ratio_traced_vs_stock": statistics.median(cpu_ratio) if cpu_ratio else None,
         "median_worker_cpu_ratio_untraced_vs_stock": statistics.median(cpu_ratio_off) if cpu_ratio_off else None,
@@ -239,9 +261,16 @@ def main(argv=None) -> int:
         print(f"  median worker CPU-time ratio traced/stock: {e2e['median_worker_cpu_ratio_traced_vs_stock']:.4f} "
               f"({(e2e['median_worker_cpu_ratio_traced_vs_stock'] - 1) * 100:+.2f}%); untraced/stock: "
               f"{e2e['median_worker_cpu_ratio_untraced_vs_stock']:.4f} (the noise floor: same code as stock)")
-    print(f"  traced vs lotus untraced (same DataLoader class, tracing off): time "
-          f"{(e2e['median_time_ratio_traced_vs_untraced'] - 1) * 100:+.2f}%, worker CPU "
-          f"{(e2e['median_worker_cpu_ratio_traced_vs_untraced'] - 1) * 100:+.2f}%")
+    lo, hi = e2e["ratio_of_medians_ci95"]
+    print(f"  traced vs lotus untraced (same DataLoader class, tracing off): median of per-round time ratios "
+          f"{(e2e['median_time_ratio_traced_vs_untraced'] - 1) * 100:+.2f}%; ratio of medians "
+          f"{(e2e['ratio_of_medians_traced_vs_untraced'] - 1) * 100:+.2f}% "
+          f"(95% bootstrap interval {(lo - 1) * 100:+.2f}% .. {(hi - 1) * 100:+.2f}%)")
+    if e2e["cpu_ratio_of_medians_ci95"] is not None:
+        clo, chi = e2e["cpu_ratio_of_medians_ci95"]
+        print(f"  worker CPU time, traced vs untraced: ratio of medians "
+              f"{(e2e['cpu_ratio_of_medians_traced_vs_untraced'] - 1) * 100:+.2f}% "
+              f"(95% interval {(clo - 1) * 100:+.2f}% .. {(chi - 1) * 100:+.2f}%)")
     print(f"  events per epoch: {e2e['events_per_epoch']:.0f} "
           f"({e2e['events_per_epoch'] / e2e['images_per_epoch']:.1f} per image)")
     print(f"  cost per recorded event: {per_event['ns_per_event']:.0f} ns (sample/load/transform/op/collate mix, "

@@ -194,3 +194,33 @@ def test_cuda_probe_never_blocks_and_resolves_in_order():
     probe.finish()
     probe.close()  # blocks only here, at exit
     assert (S.EV_GPU_STEP, 2) in [(r[0], r[3]) for r in sink.rows]
+
+
+def test_probe_is_freed_without_the_cycle_collector(tmp_path, monkeypatch):
+    """No reference cycle may hold CUDA events: a forked worker would destroy them while collecting
+    garbage inherited from its parent (seen on a GPU box: cudaErrorInitializationError, worker abort)."""
+    import gc
+    import weakref
+
+    import torch
+
+    from lotus.dataloader import DataLoader
+    from lotus.dataloader import gpu as gpu_mod
+    from lotus.trace.writer import close_main_writers
+    from tests.dataloader.datasets import MapDS
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    gc.collect()
+    gc.disable()
+    try:
+        loader = DataLoader(MapDS(n=4), batch_size=2, trace_dir=tmp_path)
+        probe = loader._lotus.cuda_probe()
+        assert isinstance(probe, gpu_mod.CudaProbe)
+        steps = loader._lotus.user_steps()
+        refs = [weakref.ref(probe), weakref.ref(steps), weakref.ref(loader._lotus)]
+        gpu_mod.set_active(loader._lotus)
+        del loader, probe, steps
+        close_main_writers()
+        assert [r() for r in refs] == [None, None, None]  # freed by reference counting alone
+    finally:
+        gc.enable()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections import deque
 
 from lotus._warn import warn_once
@@ -23,12 +24,17 @@ from lotus.trace import schema as S
 
 mono = time.monotonic_ns
 _MAX_PENDING = 4096
-_active = None  # the LoaderTrace whose loader last handed a batch to the loop (this process)
+_active = None  # weak reference to the LoaderTrace whose loader last handed a batch to the loop
 
 
 def set_active(lt) -> None:
     global _active
-    _active = lt
+    if _active is None or _active() is not lt:
+        _active = weakref.ref(lt)
+
+
+def _dead(*args) -> None:
+    pass
 
 
 class CudaProbe:
@@ -37,7 +43,10 @@ class CudaProbe:
     def __init__(self, lt):
         import torch
 
-        self.lt = lt
+        # A weak reference: the LoaderTrace holds this probe, and a reference cycle holding CUDA events
+        # must never outlive its loader as garbage, or a forked DataLoader worker would destroy those
+        # events in its garbage collection (cudaErrorInitializationError, abort).
+        self._lt = weakref.ref(lt)
         self._cuda = torch.cuda
         self._pool: list = []
         self._pending: deque = deque()  # (event id, batch, start event, end event, host start ns)
@@ -52,7 +61,9 @@ class CudaProbe:
         cuda = self._cuda
         if cuda.is_available() and cuda.is_initialized():
             self.active = True
-            self.lt.on_cuda_ready()
+            lt = self._lt()
+            if lt is not None:
+                lt.on_cuda_ready()
         return self.active
 
     def _event(self):
@@ -92,7 +103,8 @@ class CudaProbe:
 
     def resolve(self, block: bool = False) -> None:
         pending = self._pending
-        lt = self.lt
+        lt = self._lt()
+        record = lt.record if lt is not None else _dead
         while pending:
             nid, batch, a, b, host = pending[0]
             if block:
@@ -102,7 +114,7 @@ class CudaProbe:
             pending.popleft()
             try:
                 ns = int(a.elapsed_time(b) * 1e6)
-                lt.record(nid, host, ns, batch, S.NO_ID, 1)
+                record(nid, host, ns, batch, S.NO_ID, 1)
             except Exception as exc:  # e.g. an event never recorded on this device
                 warn_once("cuda-event", f"lotus: a CUDA event could not be timed ({exc!r})")
             if b is not a and len(self._pool) < 64:
@@ -125,7 +137,7 @@ def step():
     batch the loader handed out last. The loader's automatic CUDA events are turned off meanwhile.
     Without a traced loader it does nothing.
     """
-    lt = _active
+    lt = _active() if _active is not None else None
     if lt is None or not lt.on:
         yield
         return
@@ -141,7 +153,7 @@ class UserSteps:
     """State of lotus.step() regions for one loader."""
 
     def __init__(self, lt, probe: CudaProbe | None):
-        self.lt = lt
+        self._lt = weakref.ref(lt)  # see CudaProbe: no reference cycle with the LoaderTrace
         self.probe = probe
         self._t0 = 0
         self._ev0 = None
@@ -155,12 +167,15 @@ class UserSteps:
         if probe is not None and probe._ready():
             self._ev0 = probe._event()
             prev = self._prev_end
-            if prev is not None:
-                probe._pending.append((S.EV_GPU_WAIT, self.lt.last_batch, prev[0], self._ev0, prev[1]))
+            lt = self._lt()
+            if prev is not None and lt is not None:
+                probe._pending.append((S.EV_GPU_WAIT, lt.last_batch, prev[0], self._ev0, prev[1]))
 
     def end(self) -> None:
         t1 = mono()
-        lt = self.lt
+        lt = self._lt()
+        if lt is None:
+            return
         try:
             lt.record(S.EV_USER_STEP, self._t0, t1 - self._t0, lt.last_batch, S.NO_ID, 0)
             probe = self.probe

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import weakref
 
 import torch.utils.data
 
@@ -130,7 +131,9 @@ class LoaderTrace:
                     from lotus.dataloader.gpu import CudaProbe
 
                     self._probe = CudaProbe(self)
-                    self.w.closers.append(self._close_gpu)
+                    # the writer outlives loaders: a weak method, so no cycle keeps CUDA events alive
+                    close = weakref.WeakMethod(self._close_gpu)
+                    self.w.closers.append(lambda: (m := close()) is not None and m())
             except Exception as exc:
                 warn_once("cuda-probe", f"lotus: no CUDA events ({exc!r})")
         return self._probe
