@@ -13,16 +13,13 @@ def summarize(result: DemoResult) -> dict:
 
     events = load_events(result.trace_dir)
     batches = batches_from_events(events)
+    from lotus.analysis.diagnosis import verdict as diagnose
+
+    v = diagnose(events, batches)
     used = batches[batches["consumed_ns"].notna()]
     wait_ms = used["wait_dur_ns"].astype("float64") / 1e6
-    span_ns = float(used["consumed_ns"].max() - used["wait_start_ns"].min()) if len(used) else 0.0
-    wait_share = float(wait_ms.sum() * 1e6 / span_ns) if span_ns > 0 else 0.0
-    if wait_share < 0.05:
-        verdict = "fine: the input pipeline keeps up"
-    elif wait_share <= 0.20:
-        verdict = "input-bound"
-    else:
-        verdict = "severely input-bound"
+    wait_share = v["wait_share"] or 0.0
+    verdict = {"fine": "fine: the input pipeline keeps up"}.get(v["class"], v["class"])
     prep_ms = batches["prep_dur_ns"].astype("float64") / 1e6
     per_sample = events[events["cat"].isin(["op", "sample"]) & events["name"].isin(
         [*[str(n) for n in events.loc[events["cat"] == "op", "name"].unique()], "load"])]
@@ -37,6 +34,8 @@ def summarize(result: DemoResult) -> dict:
         "trace_dir": str(result.trace_dir), "data_dir": str(result.data_dir),
         "trace_files": len(files), "events": len(events),
         "wait_share": round(wait_share, 4), "verdict": verdict,
+        "steady_wait_share": None if v.get("steady_wait_share") is None else round(v["steady_wait_share"], 4),
+        "suggestions": [x["text"] for x in v["suggestions"]],
         "mean_wait_ms": round(float(wait_ms.mean()), 2) if len(wait_ms) else None,
         "batch_prep_ms": {"mean": round(float(prep_ms.mean()), 2), "median": round(float(prep_ms.median()), 2)},
         "op_mean_ms_per_sample": ops,
@@ -48,9 +47,13 @@ def summarize(result: DemoResult) -> dict:
         f"lotus demo: {result.steps} steps of {result.model} on {result.device}: {result.train_s:.1f} s "
         f"({result.images_per_s:.1f} images/s)",
         f"trace: {result.trace_dir} ({len(files)} files, {len(events):,} events)",
-        f"the training loop waited for data {wait_share:.0%} of its time: {verdict}",
+        f"the training loop waited for data {wait_share:.0%} of its time: {verdict}"
+        + ("" if v.get("steady_wait_share") is None or v["class"] == v.get("steady_class") else
+           f" (steady state, first batch of each epoch left out: {v['steady_wait_share']:.0%}, "
+           f"{v['steady_class']})"),
         f"preprocessing per batch on a worker: mean {out['batch_prep_ms']['mean']:.1f} ms; "
         f"per image (ms): {op_text}; collation {out['collate_mean_ms_per_batch']} ms per batch",
+        *(f"suggestion: {x['text']}" for x in v["suggestions"][:1]),
         "next: lotus analyze verdict --data-dir " + str(result.trace_dir),
         "      lotus viz --data-dir " + str(result.trace_dir) + " --out trace.json  (open in ui.perfetto.dev)",
     ]
