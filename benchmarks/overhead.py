@@ -162,8 +162,9 @@ class _Id:
 def per_event_cost(samples: int = 20_000, repeats: int = 7) -> dict:
     """ns added per recorded event in the real event mix of a sample (sample, load, transform, 4 ops)
     plus collation, through the same wrappers the workers use."""
-    from lotus.dataloader.instrument import SampleProxy, TimedCollate, TransformSwap
+    from lotus.dataloader.instrument import SampleProxy, TimedCollate
     from lotus.dataloader.recorder import Recorder
+    from lotus.dataloader.transforms import TransformSwap
     from lotus.trace.writer import TraceWriter
 
     ds = _CheapDS(samples)
@@ -198,8 +199,8 @@ def per_event_cost(samples: int = 20_000, repeats: int = 7) -> dict:
 
 def hot_path_cost(n: int = 200_000) -> dict:
     """Cost of one op event in isolation: a no-op transform called through TimedOp vs directly."""
-    from lotus.dataloader.instrument import TimedOp
     from lotus.dataloader.recorder import Recorder
+    from lotus.dataloader.transforms import TimedOp
     from lotus.trace.writer import TraceWriter
 
     def noop(x):

@@ -18,9 +18,10 @@ from __future__ import annotations
 from lotus.dataloader import _torch_compat as compat
 from lotus.dataloader.envelope import PinEnvelope
 from lotus.dataloader.gpu import set_active
-from lotus.dataloader.instrument import SampleProxy, TimedCollate, TransformSwap
+from lotus.dataloader.instrument import SampleProxy, TimedCollate
 from lotus.dataloader.policy import DELIVERY_LOWEST_READY, Policy
 from lotus.dataloader.recorder import mono
+from lotus.dataloader.transforms import TransformSwap
 from lotus.trace import schema as S
 
 

@@ -52,6 +52,8 @@ def _describe(loader: _TorchDataLoader, name: str | None) -> dict:
         "batch_sampler": type(loader.batch_sampler).__qualname__ if loader.batch_sampler is not None else None,
         "collate_fn": getattr(loader.collate_fn, "__qualname__", type(loader.collate_fn).__qualname__),
         "start_method": ctx.get_start_method() if ctx is not None and not isinstance(ctx, str) else None,
+        "worker_assignment": getattr(loader, "_lotus_policy", None) and loader._lotus_policy.assignment,
+        "delivery_order": getattr(loader, "_lotus_policy", None) and loader._lotus_policy.delivery,
         "pid": os.getpid(),
     }
 

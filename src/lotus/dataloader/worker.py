@@ -23,13 +23,22 @@ from lotus.trace import schema as S
 from lotus.trace.writer import TraceWriter
 
 
-class _IndexQueue:
-    """The worker's view of its index queue: marks where each batch starts."""
+class _QueueView:
+    """A worker's view of one of torch's multiprocessing queues (everything but get/put delegated)."""
 
     def __init__(self, q, rec: Recorder, state: dict):
         self._q = q
         self._rec = rec
-        self._state = state
+        self._state = state  # shared by the two views of a worker: start time of the batch in progress
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_q", "_rec", "_state"):
+            raise AttributeError(name)
+        return getattr(self._q, name)
+
+
+class _IndexQueue(_QueueView):
+    """The worker's view of its index queue: marks where each batch starts."""
 
     def get(self, *args, **kwargs):
         r = self._q.get(*args, **kwargs)
@@ -44,19 +53,9 @@ class _IndexQueue:
                 rec.fail("index queue", exc)
         return r
 
-    def __getattr__(self, name):
-        if name.startswith("__") or name in ("_q", "_rec", "_state"):
-            raise AttributeError(name)
-        return getattr(self._q, name)
 
-
-class _ResultQueue:
+class _ResultQueue(_QueueView):
     """The worker's view of the result queue: marks where each batch ends, then flushes."""
-
-    def __init__(self, q, rec: Recorder, state: dict):
-        self._q = q
-        self._rec = rec
-        self._state = state
 
     def put(self, obj, *args, **kwargs):
         rec = self._rec
@@ -82,11 +81,6 @@ class _ResultQueue:
             except Exception as exc:
                 rec.fail("flush", exc)
         return out
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name in ("_q", "_rec", "_state"):
-            raise AttributeError(name)
-        return getattr(self._q, name)
 
 
 def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | None]:
