@@ -118,3 +118,14 @@ def test_records_are_48_bytes_little_endian():
     raw = S.RECORD.pack(7, 1, 2, 3, 4, 5, 6, 8)
     arr = np.frombuffer(raw, dtype=np.dtype(S.RECORD_DTYPE))
     assert S.RECORD_SIZE == 48 and arr["name_id"][0] == 7 and arr["arg"][0] == 8
+
+
+def test_missing_rank_is_named_and_the_others_analysed(tmp_path, caplog):
+    for rank in (0, 2):  # rank 1 of 3 lost its files
+        w = TraceWriter(tmp_path, "main", rank=rank, world_size=3)
+        _write(w, S.EV_WAIT, 10, dur=5, batch=0)
+        _write(w, S.EV_CONSUMED, 15, dur=0, batch=0)
+        w.close()
+    ev = load_events(tmp_path)
+    assert "no trace files of rank(s) 1 (world size 3); analysing ranks 0, 2" in caplog.text
+    assert sorted(ev["rank"].unique()) == [0, 2]

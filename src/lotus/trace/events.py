@@ -188,6 +188,7 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int]) -> None:
     acc.files.append({"path": str(path), "format": "lotus", "role": role, "pid": header.get("pid"),
                       "rank": header.get("rank", 0), "worker_id": header.get("worker_id", -1),
                       "events": n_events, "clean_close": clean, "loaders": loaders,
+                      "world_size": header.get("world_size", 1),
                       "hostname": header.get("hostname"), "torch_version": header.get("torch_version")})
     if not clean:
         _log.info("%s: no end record (process killed or still running); %d events read", path, n_events)
@@ -211,6 +212,18 @@ def _original_file(acc: _Acc, path: Path, worker_ids: dict[int, int]) -> None:
             role=_ROLES.index(log.role), worker_id=worker_id, rank=0)
     acc.files.append({"path": str(path), "format": "lotustrace-2023", "role": log.role, "pid": log.pid,
                       "rank": 0, "worker_id": worker_id, "events": n, "clean_close": None})
+
+
+def _warn_missing_ranks(files: list[dict], where) -> None:
+    """A distributed run whose directory lacks some ranks' files: say which; the others are analysed."""
+    world = max((int(f.get("world_size") or 1) for f in files), default=1)
+    if world <= 1:
+        return
+    main_ranks = {int(f.get("rank", 0)) for f in files if f.get("role") == "main"}
+    missing = sorted(set(range(world)) - main_ranks)
+    if missing:
+        _log.warning("%s: no trace files of rank(s) %s (world size %d); analysing ranks %s",
+                     where, ", ".join(map(str, missing)), world, ", ".join(map(str, sorted(main_ranks))) or "none")
 
 
 def clock_offsets(paths: list[Path]) -> dict[str, int]:
@@ -253,6 +266,7 @@ def events_of_run(run: Run, *, sort: bool = False):
         raise InputError("no readable trace file", run.path)
     if not any(f["role"] == "main" for f in acc.files):
         _log.warning("%s: no main-process file: waits and consumption unknown (worker files only)", run.path)
+    _warn_missing_ranks(acc.files, run.path)
     if not any(f["role"] == "worker" for f in acc.files) and not acc.has_code(S.EV_FETCH):
         _log.warning("%s: no worker file and no in-process preprocessing: preprocessing unknown", run.path)
 
