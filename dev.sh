@@ -8,7 +8,13 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 
 install() {
-  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  if [ ! -x .venv/bin/python ]; then
+    if ! "$PY" -m venv .venv; then
+      rm -rf .venv
+      echo "dev.sh: '$PY -m venv' failed; on Debian/Ubuntu: sudo apt-get install python3-venv" >&2
+      exit 1
+    fi
+  fi
   local stamp=.venv/.lotus-installed
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
     echo "dev.sh: installing lotus and its dependencies into .venv (torch takes ~90 s)" >&2

@@ -213,3 +213,23 @@ def test_transform_as_class_attribute(workers, tmp_path):
     _, events, _ = traced(tmp_path, epochs=1, dataset=ds, batch_size=4, num_workers=workers)
     assert set(events.loc[events["cat"] == "op", "name"].astype(str)) == {"AddNoise", "double"}
     assert "transform" not in vars(ds)  # the user's object is left as it was
+
+
+def test_lotus_step_marks_explicit_steps(tmp_path):
+    import lotus
+
+    with lotus.step():  # no traced loader yet: a no-op
+        pass
+    loader = DataLoader(D.MapDS(n=12), batch_size=4, trace_dir=tmp_path)
+    for _ in loader:
+        with lotus.step():
+            torch.ones(8).sum()
+    del loader
+    from lotus.trace.writer import close_main_writers
+
+    close_main_writers()
+    events = load_events(tmp_path)
+    steps = events[events["name"] == "user_step"]
+    assert sorted(steps["batch_id"]) == [0, 1, 2]
+    consumed = events[events["name"] == "consumed"].set_index("batch_id")["start_ns"]
+    assert (steps.set_index("batch_id")["start_ns"] >= consumed.reindex(steps["batch_id"]).to_numpy()).all()
