@@ -53,7 +53,7 @@ def require(backend: str) -> str:
     if backend == "pyspy":
         exe = find_pyspy()
         if exe is None:
-            raise ToolError("py-spy not found: install it with `pip install py-spy` (it is in lotus's [test] extra) "
+            raise ToolError("py-spy not found: install it with `pip install py-spy` (a dependency of lotus) "
                             "or put it on PATH")
         return exe
     if backend == "vtune":
