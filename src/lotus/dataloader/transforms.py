@@ -14,6 +14,7 @@ import copy
 import functools
 import types
 
+from lotus._names import dedupe
 from lotus.dataloader.recorder import Recorder, mono
 
 TRANSFORM_ATTRS = ("transform", "target_transform", "transforms")
@@ -127,14 +128,8 @@ def trace_transform(t, rec: Recorder):
     if isinstance(t, TimedPipeline) or t is None or not callable(t):
         return t
     if _is_compose(t):
-        seen: dict[str, int] = {}
-        ops = []
-        for op in t.transforms:
-            name = op_name(op)
-            seen[name] = seen.get(name, 0) + 1
-            if seen[name] > 1:
-                name = f"{name}#{seen[name]}"
-            ops.append(TimedOp(op, name, rec))
+        names = dedupe([op_name(op) for op in t.transforms], "#")  # two Normalize: Normalize, Normalize#2
+        ops = [TimedOp(op, name, rec) for op, name in zip(t.transforms, names, strict=True)]
         c = copy.copy(t)
         object.__setattr__(c, "transforms", ops)  # bypasses nn.Module.__setattr__ (v2 Compose)
         return TimedPipeline(c, t, rec)

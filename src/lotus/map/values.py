@@ -109,16 +109,9 @@ def column_names(headers: list[str], *, leaf: bool) -> list[str]:
 
 
 def _dedupe(names: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for n in names:
-        if n in seen:
-            seen[n] += 1
-            out.append(f"{n}_{seen[n]}")
-        else:
-            seen[n] = 1
-            out.append(n)
-    return out
+    from lotus._names import dedupe
+
+    return dedupe(names, "_")
 
 
 def numeric_column(header: str, cells: list[str | None]) -> tuple[list[float], str] | None:

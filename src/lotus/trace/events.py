@@ -301,16 +301,9 @@ def events_of_run(run: Run, *, sort: bool = False):
 
 def _unique_labels(names: list[str]) -> list[str]:
     # The same name may exist under two categories (an op called like an unknown event): keep labels unique.
-    seen: dict[str, int] = {}
-    out = []
-    for n in names:
-        if n in seen:
-            seen[n] += 1
-            out.append(f"{n}#{seen[n]}")
-        else:
-            seen[n] = 1
-            out.append(n)
-    return out
+    from lotus._names import dedupe
+
+    return dedupe(names, "#")
 
 
 def load_events(path: str | os.PathLike, *, sort: bool = False):
