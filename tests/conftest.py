@@ -21,6 +21,7 @@ def reference_dir() -> Path:
 @pytest.fixture(autouse=True)
 def _no_trace_env(monkeypatch):
     # Tests decide themselves whether tracing is on.
-    monkeypatch.delenv("LOTUS_TRACE_DIR", raising=False)
-    monkeypatch.delenv("LOTUS_ITT", raising=False)
+    for name in ("LOTUS_TRACE_DIR", "LOTUS_ITT", "LOTUS_GPU_TELEMETRY", "LOTUS_WORKERS", "LOTUS_STEPS",
+                 "LOTUS_LAUNCH"):
+        monkeypatch.delenv(name, raising=False)
     os.environ.setdefault("MPLBACKEND", "Agg")

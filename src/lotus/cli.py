@@ -18,6 +18,7 @@ from lotus import __version__
 # name -> (module:attribute, one-line help shown by `lotus --help` without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("lotus.commands.demo:demo", "Generate a JPEG dataset, train a small model traced by lotus, summarise."),
+    "run": ("lotus.commands.run:run", "Run any training command traced by lotus, without editing it."),
     "info": ("lotus.commands.info:info", "List the trace files of a run directory and what they hold."),
     "analyze": ("lotus.commands.analyze:analyze", "Statistics, wait/delay, verdicts and GPU idle of traced runs."),
     "viz": ("lotus.commands.viz:viz", "Write a Chrome/Perfetto trace (JSON) of a traced run."),
@@ -27,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("lotus.commands.export:export", "Export events and batches to Parquet."),
     "map": ("lotus.commands.map:map_group", "LotusMap: map Python ops to the native functions they run."),
     "hw": ("lotus.commands.hw:hw", "Attribute hardware metrics (VTune/uProf) to Python ops."),
+    "top": ("lotus.commands.top:top", "Live view of a running job from the trace files it is writing."),
 }
 
 

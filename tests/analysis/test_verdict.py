@@ -49,6 +49,18 @@ def test_saturated_workers_suggest_more_workers(tmp_path):
     assert v["slowest_op"]["name"] == "load"
 
 
+def test_more_workers_than_cpus_is_not_suggested(tmp_path):
+    from lotus.trace.synthetic import PipelineSpec, write_native
+
+    write_native(tmp_path, PipelineSpec(n_batches=40, batch_size=16, n_workers=2, step_ms=5, seed=5))
+    cfg = load_config(tmp_path)
+    loaders = {k: {**d, "cpus_available": 3} for k, d in cfg.loaders.items()}
+    v = verdict(cfg.events, cfg.batches, loaders=loaders)
+    first = v["suggestions"][0]
+    assert first["id"] == "more_workers" and "more than the 3 CPUs" in first["text"]
+    assert "num_workers=2 is the most" in first["text"]
+
+
 def test_fine_pipeline(tmp_path):
     from lotus.trace.synthetic import PipelineSpec, write_native
 

@@ -122,3 +122,17 @@ class SkewedDS(Dataset):
     def __getitem__(self, i):
         time.sleep(self.slow_s if i in self.slow else 0.002)
         return {"id": i}
+
+
+class SlowAtDS(MapDS):
+    """One sample (``slow_at``) takes ``slow_s`` seconds; the others are instant."""
+
+    def __init__(self, n: int = 64, slow_at: int = 0, slow_s: float = 3.0):
+        super().__init__(n=n)
+        self.slow_at = slow_at
+        self.slow_s_at = slow_s
+
+    def __getitem__(self, i):
+        if i == self.slow_at:
+            time.sleep(self.slow_s_at)
+        return super().__getitem__(i)

@@ -172,10 +172,10 @@ def test_sigkill_of_a_worker_surfaces_like_torch_and_trace_is_salvaged(tmp_path)
     files = events.attrs["files"]
     workers = [f for f in files if f["role"] == "worker"]
     assert len(workers) == 2
-    # torch then SIGTERMs the surviving worker too (its C handler _exits at once): neither file has an
-    # end record, but each worker flushed after every batch it finished, so only a batch in progress
-    # can be missing.
-    assert not any(f["clean_close"] for f in workers)
+    # The killed worker's file has no end record; the survivor either leaves its loop when torch shuts it
+    # down (end record) or is SIGTERMed by torch first (its C handler _exits at once: none), depending on
+    # timing. Each worker flushed after every batch it finished, so only a batch in progress can be missing.
+    assert sum(not f["clean_close"] for f in workers) >= 1
     for f in workers:
         fetch = events[(events["name"] == "fetch") & (events["pid"] == f["pid"])]
         samples = events[(events["name"] == "sample") & (events["pid"] == f["pid"])]

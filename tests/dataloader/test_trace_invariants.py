@@ -109,9 +109,21 @@ def test_iterable_dataset_events(tmp_path):
                                   num_workers=2)
     consumed = batches[batches["consumed_ns"].notna()]
     assert len(consumed) == len(out[0]) == 6  # 10 items per worker: 3 batches each (4, 4, 2)
-    fetch = events[events["name"] == "fetch"]
-    assert ((fetch["arg"] & 2) != 0).sum() == 2  # each worker reports its exhaustion once
+    assert len(batches) == 6  # exhausted fetches and prefetched-past-the-end indices are no batch rows
+    exhausted = events[events["name"] == "exhausted"]
+    assert sorted(exhausted["worker_id"]) == [0, 1]  # each worker reports its exhaustion once
+    assert (events[events["name"] == "fetch"]["arg"] & 2).sum() == 0
     assert events[events["name"] == "sample"].shape[0] == 20
+
+
+@pytest.mark.timeout(60)
+def test_iterable_dataset_exhausted_in_process(tmp_path):
+    out, events, batches = traced(tmp_path, epochs=1, dataset=D.RangeIterable(end=10), batch_size=4,
+                                  num_workers=0)
+    assert len(out[0]) == len(batches) == 3
+    exhausted = events[events["name"] == "exhausted"]
+    assert len(exhausted) == 1 and int(exhausted["worker_id"].iloc[0]) == -1
+    assert batches.attrs.get("dispatched_without_batch", 0) == 0
 
 
 @pytest.mark.timeout(60)

@@ -48,6 +48,7 @@ _LAZY = {
     "diff_runs": "lotus.analysis.diff",
     "batch_changes": "lotus.analysis.diff",
     "run_info": "lotus.analysis.info",
+    "outcome_note": "lotus.analysis.info",
     "export_parquet": "lotus.analysis.export",
     # outputs
     "write_chrome_trace": "lotus.analysis.chrome",

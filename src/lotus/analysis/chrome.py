@@ -7,6 +7,11 @@ threads ``main thread``, ``pin thread``, ``GPU (CUDA events)``, ``preprocessing 
 counter tracks ``"ph":"C"``, and a flow arrow (``"ph":"s"`` -> ``"ph":"f"``, ``"bp":"e"``) links each
 batch's preprocessing to its consumption. ``coarse=True`` leaves out per-sample and per-op slices.
 
+Fetches that made no batch are marked, never drawn as batches: an ``exhausted`` fetch (IterableDataset
+end) is an instant marker on its worker's track at the fetch's start (``args.took_ns``: the time the
+worker spent finding out), the main process's ``arrive`` of that message is named
+``arrive (exhausted)``, and a fetch that raised is the slice ``fetch (failed)``.
+
 Time base, as in torch.profiler (Kineto) traces: ``ts`` (µs, 3 decimals = exact ns) is
 ``(wall-clock ns - baseTimeNanoseconds) / 1000``, with ``baseTimeNanoseconds`` written at the top
 level; lotus picks the whole second before its first event, so that ``ts`` stays small enough for
@@ -35,13 +40,20 @@ from pathlib import Path
 
 import numpy as np
 
+from lotus.analysis.arrowtext import num as _num
+from lotus.analysis.arrowtext import open_out as _open
+from lotus.analysis.arrowtext import us as _us
+from lotus.analysis.arrowtext import write_strings as _write_strings
+
 _log = logging.getLogger("lotus.analysis")
 
 COUNTER_UNITS = {"gpu_util": "%", "gpu_power": "mW", "gpu_energy": "mJ", "gpu_sm_clock": "MHz",
                  "gpu_mem_clock": "MHz"}
 INSTANTS = {"consumed", "arrive", "epoch_start", "epoch_end", "worker_start", "worker_end"}
 ARG_KEYS = {"dispatch": "worker", "wait": "flags", "fetch": "flags", "collate": "samples",
-            "epoch_start": "num_workers", "worker_start": "worker", "worker_end": "worker"}
+            "epoch_start": "num_workers", "worker_start": "worker", "worker_end": "worker",
+            "exhausted": "took_ns", "fetch (failed)": "flags", "arrive (exhausted)": "flags"}
+FAILED_FETCH, EXHAUSTED_ARRIVE = "fetch (failed)", "arrive (exhausted)"
 TID_MAIN, TID_PIN, TID_GPU, TID_PREP = 1, 2, 3, 4
 THREAD_NAMES = {TID_MAIN: "main thread", TID_PIN: "pin thread", TID_GPU: "GPU (CUDA events)",
                 TID_PREP: "preprocessing (in main process)"}
@@ -54,48 +66,13 @@ class ChromeTraceSummary:
     base_ns: int
     slices: int = 0
     instants: int = 0
+    exhausted: int = 0  # exhausted-fetch markers
+    failed: int = 0  # failed-fetch slices
     flows: int = 0
     counters: int = 0
     processes: int = 0
     kineto_events: int = 0
     merged: list[str] = field(default_factory=list)
-
-
-def _open(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "wb", compresslevel=3)
-    return open(path, "wb")
-
-
-def _num(values: np.ndarray):
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    return pc.cast(pa.array(values), pa.string())
-
-
-def _us(rel_ns: np.ndarray):
-    """ns (int64) -> decimal µs strings with exactly 3 decimals (exact, negative values allowed)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    neg = rel_ns < 0
-    q, r = np.divmod(np.abs(rel_ns), 1000)
-    frac = pc.utf8_lpad(_num(r), width=3, padding="0")
-    out = pc.binary_join_element_wise(_num(q), frac, ".")
-    if neg.any():
-        out = pc.if_else(pa.array(neg), pc.binary_join_element_wise("-", out, ""), out)
-    return out
-
-
-def _write_strings(f, arr) -> None:
-    """Write the UTF-8 data of a pyarrow string array (elements back to back)."""
-    arr = arr.combine_chunks() if hasattr(arr, "combine_chunks") else arr
-    if len(arr) == 0:
-        return
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset: arr.offset + len(arr) + 1]
-    data = arr.buffers()[2]
-    f.write(memoryview(data)[int(offsets[0]): int(offsets[-1])])
 
 
 def _json_str(s: str) -> str:
@@ -197,6 +174,19 @@ def write_chrome_trace(events, out: str | os.PathLike, *, coarse: bool = False, 
 
     is_counter = np.isin(codes, [code_of[n] for n in COUNTER_UNITS if n in code_of])
     is_instant = np.isin(codes, [code_of[n] for n in INSTANTS if n in code_of]) & (dur == 0)
+    arg = events["arg"].to_numpy()
+    flag1 = (arg > 0) & ((arg & 1) != 0)
+    exhausted = codes == code_of.get("exhausted", -2)
+    failed = (codes == code_of.get("fetch", -2)) & flag1
+    label = codes
+    if failed.any() or exhausted.any():  # shown under their own names, exhausted as markers
+        label = codes.astype(np.int32)
+        label[failed] = len(names)
+        label[(codes == code_of.get("arrive", -2)) & flag1] = len(names) + 1
+        is_instant = is_instant | exhausted
+        arg = np.where(exhausted, dur, arg)
+    summary.exhausted, summary.failed = int(exhausted.sum()), int(failed.sum())
+    labels = [*names, FAILED_FETCH, EXHAUSTED_ARRIVE]
     keep = ~is_counter
     if coarse:
         cats = events["cat"].array
@@ -206,14 +196,15 @@ def write_chrome_trace(events, out: str | os.PathLike, *, coarse: bool = False, 
     # per track: by start, longer first, so that parents precede their children
     rows = rows[np.lexsort((-dur[rows], starts[rows], tids[rows], chrome_pid[rows]))]
 
-    name_json = pa.array([_json_str(n) for n in names])
+    name_json = pa.array([_json_str(n) for n in labels])
     event_cat = events["cat"].array
     cat_json = pa.array([_json_str(str(c)) for c in event_cat.categories])
     cat_codes = np.asarray(event_cat.codes)
-    arg_key = pa.array([f',"{ARG_KEYS[n]}":' if n in ARG_KEYS else "" for n in names])
+    arg_key = pa.array([f',"{ARG_KEYS[n]}":' if n in ARG_KEYS else "" for n in labels])
     loaders = events["loader"].to_numpy()
     show_loader = bool(len(loaders)) and bool((loaders != loaders[0]).any() or loaders[0] != 0)
-    cols = {c: events[c].to_numpy() for c in ("epoch", "batch_id", "sample", "arg")}
+    cols = {c: events[c].to_numpy() for c in ("epoch", "batch_id", "sample")}
+    cols["arg"] = arg
 
     with _open(out) as f:
         top = {"displayTimeUnit": "ms", "baseTimeNanoseconds": base}
@@ -246,7 +237,7 @@ def write_chrome_trace(events, out: str | os.PathLike, *, coarse: bool = False, 
         def chunk(lo: int):
             r = rows[lo: lo + chunk_rows]
             inst = is_instant[r]
-            c = codes[r]
+            c = label[r]
             args = [',"args":{"epoch":', _num(cols["epoch"][r])]
             b, s, a = cols["batch_id"][r], cols["sample"][r], cols["arg"][r]
             args += [pc.if_else(pa.array(b >= 0), pc.binary_join_element_wise(',"batch":', _num(b), ""), "")]

@@ -12,6 +12,8 @@
 * Worker utilisation: sum of a worker's batch preprocessing (``fetch``) durations / span of the epoch
   (first dispatch, wait or preprocessing start to last consumption or preprocessing end), summed
   over epochs.
+* Batches only: failed batches (the fetch raised) count in none of these numbers, exhausted fetches
+  (IterableDataset end) are no batches at all; ``outcomes`` says how many there were.
 * Suggestions: concrete changes (more workers, ``in_order=False``, ``persistent_workers=True``,
   ``prefetch_factor``, a cheaper op), each with the evidence behind it.
 """
@@ -22,8 +24,9 @@ import math
 
 import numpy as np
 
-from lotus.analysis.stats import op_durations
+from lotus.analysis.stats import op_durations, prepared
 from lotus.analysis.wait import wait_stats
+from lotus.trace.batches import ok_batches, outcome_summary, worker_label
 
 GROUP = ["rank", "loader", "epoch"]
 FINE, INPUT_BOUND, SEVERE, UNKNOWN = "fine", "input-bound", "severely input-bound", "unknown"
@@ -51,6 +54,7 @@ def loop_spans(batches):
     """Per (rank, loader, epoch): training-loop span, total wait and wait share (ns)."""
     import pandas as pd
 
+    batches = ok_batches(batches)
     ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
     b = batches[ok]
     if b.empty:
@@ -72,7 +76,7 @@ def epoch_spans(batches):
     import pandas as pd
 
     cols = ["dispatch_ns", "wait_start_ns", "prep_start_ns", "consumed_ns", "prep_end_ns"]
-    b = batches[[*GROUP, *cols]].copy()
+    b = ok_batches(batches)[[*GROUP, *cols]].copy()
     for c in cols:
         b[c] = b[c].astype("Float64")  # NA-aware min/max across columns
     start = b[["dispatch_ns", "wait_start_ns", "prep_start_ns"]].min(axis=1)
@@ -90,7 +94,7 @@ def worker_utilisation(batches):
     """Per (rank, worker_id): busy time (sum of fetch durations), epoch span, busy share, batches."""
     import pandas as pd
 
-    b = batches[batches["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False)]
+    b = prepared(batches)
     if b.empty:
         return pd.DataFrame(columns=["rank", "worker_id", "batches", "busy_ns", "span_ns", "busy_share"])
     spans = epoch_spans(batches).set_index(GROUP)["span_ns"]
@@ -108,7 +112,7 @@ def worker_utilisation(batches):
 
 def slowest_ops(events, batches) -> list[dict]:
     """Parts of preprocessing by total time (largest first): name, calls, mean ms, total s, share."""
-    prep_total = float(batches["prep_dur_ns"].sum(skipna=True) or 0)
+    prep_total = float(prepared(batches)["prep_dur_ns"].sum(skipna=True) or 0)
     rows = []
     for name, d in op_durations(events).items():
         if name in _NOT_OPS or d.size == 0:
@@ -147,7 +151,7 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
     workers = {
         "count": len(util),
         "mean_busy_share": float(util["busy_share"].mean()) if len(util) else None,
-        "per_worker": {_worker_label(r, w): (None if np.isnan(s) else float(s))
+        "per_worker": {worker_label(r, w): (None if np.isnan(s) else float(s))
                        for r, w, s in zip(util["rank"], util["worker_id"], util["busy_share"], strict=True)},
     }
     ops = slowest_ops(events, batches)
@@ -160,7 +164,8 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
         "startup_wait_s": None if startup_ns is None else startup_ns / 1e9,
         "steady_wait_share": steady,
         "steady_class": classify(steady),
-        "batches": int(batches["consumed_ns"].notna().sum()),
+        "batches": int(ok_batches(batches)["consumed_ns"].notna().sum()),
+        "outcomes": outcome_summary(batches),
         "per_rank": per_rank,
         "slowest_op": ops[0] if ops else None,
         "ops": ops,
@@ -168,7 +173,7 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
         "head_of_line": ws.get("head_of_line"),
         "settings": {k: _loader_setting(loaders, k) for k in
                      ("num_workers", "prefetch_factor", "persistent_workers", "in_order", "pin_memory",
-                      "batch_size")},
+                      "batch_size", "cpus_available")},
     }
     out["suggestions"] = suggestions(out, spans, batches)
     return out
@@ -176,6 +181,7 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
 
 def _startup_wait_ns(batches) -> float:
     """Wait for the first batch handed out in each (rank, loader, epoch): start-up, not steady state."""
+    batches = ok_batches(batches)
     ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
     b = batches[ok]
     if b.empty:
@@ -184,14 +190,11 @@ def _startup_wait_ns(batches) -> float:
     return float(first["wait_dur_ns"].sum())
 
 
-def _worker_label(rank: int, worker: int) -> str:
-    return f"r{int(rank)}/{'main' if int(worker) < 0 else 'w' + str(int(worker))}"
-
-
 def _first_batch_wait_ns(batches, spans) -> float:
     """Wait for the first batch of every epoch after the first (worker start-up of non-persistent workers)."""
     if spans.empty:
         return 0.0
+    batches = ok_batches(batches)
     b = batches[(batches["wait_dur_ns"].notna() & (batches["epoch"] > batches["epoch"].min()))
                 .to_numpy(dtype=bool, na_value=False)]
     if b.empty:
@@ -250,7 +253,13 @@ def suggestions(v: dict, spans, batches) -> list[dict]:
         if busy is not None and busy >= 0.8 and n_workers:
             loop_ns = (v["loop_s"] or 0) * 1e9
             need = math.ceil(n_workers * busy * loop_ns / max(loop_ns - wait_ns, 1))
-            if need > n_workers:
+            cpus = s.get("cpus_available")
+            if need > n_workers and cpus and need >= cpus:
+                out.append({"id": "more_workers", "text": f"Workers are busy {busy:.0%} of the time and the loop "
+                            f"would need about {need} of them, more than the {cpus} CPUs this job may use: make "
+                            "preprocessing cheaper (below) or run on more CPUs; "
+                            f"num_workers={max(n_workers, cpus - 1)} is the most this machine can use."})
+            elif need > n_workers:
                 out.append({"id": "more_workers", "text": f"Workers are busy {busy:.0%} of the time: use "
                             f"num_workers={need} (now {n_workers}), if the machine has the CPU cores for them."})
         if hol.get("in_order_false_saving_share", 0) >= 0.05 and s.get("in_order") is not False:

@@ -2,7 +2,8 @@
 
 ``diff_runs(a_events, a_batches, b_events, b_batches)`` compares run B to run A (the baseline):
 changes are ``B - A`` (positive = slower in B) and ``change_pct = (B - A) / A * 100``. Batches are
-matched on (rank, loader, epoch, batch_id).
+matched on (rank, loader, epoch, batch_id). Failed batches and exhausted fetches are compared by count
+only (``batches.failed``, ``batches.exhausted``), never timed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import numpy as np
 
 from lotus.analysis.diagnosis import loop_spans
 from lotus.analysis.stats import KEY, describe_ms, op_durations, prepared
+from lotus.trace.batches import outcome_summary
 
 _COMPARED = ("mean", "median", "p90", "sum")
 
@@ -75,6 +77,9 @@ def diff_runs(a_events, a_batches, b_events, b_batches, *, top: int = 10) -> dic
              "change_ms": float(r["prep_change_ms"])} for _, r in slowest.iterrows() if r["prep_change_ms"] > 0
         ],
     }
+    oa, ob = outcome_summary(a_batches), outcome_summary(b_batches)
+    for k in ("failed", "exhausted"):
+        batches[k] = {"a": oa[k], "b": ob[k]}
     wa, wb = _wait_share(a_batches), _wait_share(b_batches)
     slower = sorted(
         ({"what": name, "change_pct": d["mean"]["change_pct"], "change_ms": d["mean"]["change"]}

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lotus.analysis.stats import prepared
+
 _log = logging.getLogger("lotus.analysis")
 GPU_ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _RANK_IN_NAME = re.compile(r"(?:^|[-_.])r(?:ank)?(\d+)(?:[-_.]|$)")
@@ -216,7 +218,8 @@ def straggler(batches, ranks: dict) -> dict | None:
         return None
     shares = {r: v.get("host_wait_share") or 0.0 for r, v in ranks.items()}
     rank = max(shares, key=shares.get)
-    b = batches[(batches["rank"] == rank) & batches["prep_dur_ns"].notna()]
+    b = prepared(batches)
+    b = b[b["rank"] == rank]
     worker = None
     if len(b):
         per = b.groupby("worker_id")["prep_dur_ns"].mean() / 1e6

@@ -1,4 +1,4 @@
-"""What a run holds: its files, DataLoaders, time span and event counts (``lotus info``)."""
+"""What a run holds: its files, DataLoaders, time span, event counts and fetch outcomes (``lotus info``)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,34 @@ def run_info(events, batches=None) -> dict:
         "unclean_files": sum(1 for f in files if f["clean_close"] is False),
     }
     if batches is not None:
-        out["batches"] = {"prepared": int(batches["prep_dur_ns"].notna().sum()),
-                          "consumed": int(batches["consumed_ns"].notna().sum())}
+        from lotus.analysis.stats import prepared
+        from lotus.trace.batches import outcome_summary
+
+        o = outcome_summary(batches)
+        out["batches"] = {"prepared": len(prepared(batches)),
+                          "consumed": int(batches["consumed_ns"].notna().sum()),
+                          **{k: o[k] for k in ("failed", "failed_by_worker", "exhausted", "exhausted_by_worker",
+                                               "dispatched_without_batch")}}
     return out
+
+
+def _n(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+def outcome_note(outcomes: dict, *, dispatched: bool = False) -> str | None:
+    """One line on the fetches that are not (timed) batches, from
+    :func:`lotus.trace.batches.outcome_summary` (or ``run_info(...)["batches"]``); None when all were.
+    ``dispatched``: also count the indices dispatched without a batch (torch's prefetch past the end)."""
+    parts = []
+    if outcomes.get("failed"):
+        where = ", ".join(f"{w}: {n}" for w, n in outcomes.get("failed_by_worker", {}).items())
+        parts.append(f"{_n(outcomes['failed'], 'failed batch', 'failed batches')} (the fetch raised; {where}), "
+                     "left out of the timings")
+    if outcomes.get("exhausted"):
+        parts.append(f"{_n(outcomes['exhausted'], 'exhausted fetch', 'exhausted fetches')} "
+                     "(IterableDataset end), not batches")
+    if dispatched and outcomes.get("dispatched_without_batch"):
+        parts.append(f"{_n(outcomes['dispatched_without_batch'], 'index', 'indices')} dispatched without a batch "
+                     "(prefetched past the end, or never prepared)")
+    return "; ".join(parts) or None

@@ -1,4 +1,7 @@
-"""The long-form DataFrames the figures draw (pure functions of events/batches; no matplotlib here)."""
+"""The long-form DataFrames the figures draw (pure functions of events/batches; no matplotlib here).
+
+Failed batches are in no distribution (preprocessing, ops, wait, delay); the worker timeline draws
+them as ``failed`` bars. Exhausted fetches are no batches and are drawn nowhere."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import numpy as np
 
 from lotus.analysis.stats import op_durations, prepared, split_outliers
 from lotus.analysis.wait import waited
+from lotus.trace.batches import failed_mask
 
 TIMELINE_MAX_BATCHES = 400
 
@@ -72,6 +76,7 @@ def delay_frame(batches):
     import pandas as pd
 
     ok = batches["delay_ns"].notna().to_numpy(dtype=bool, na_value=False)
+    ok = ok & ~failed_mask(batches)
     b = batches[ok].sort_values(["rank", "loader", "epoch", "consumed_ns"], kind="stable")
     return pd.DataFrame({"x": np.arange(len(b)), "batch_id": b["batch_id"].to_numpy(),
                          "delay_ms": b["delay_ns"].to_numpy(dtype=np.float64) / 1e6})
@@ -79,8 +84,8 @@ def delay_frame(batches):
 
 def timeline_frame(batches, *, max_batches: int = TIMELINE_MAX_BATCHES):
     """``lane, kind, start_s, dur_s, batch_id``: Gantt bars of the first (rank, loader, epoch): one lane per
-    worker (its batch preprocessing) and one for the main loop (waits and steps); at most
-    ``max_batches`` batches, from the start of that epoch."""
+    worker (its batch preprocessing, ``failed`` for a fetch that raised) and one for the main loop (waits
+    and steps); at most ``max_batches`` batches, from the start of that epoch."""
     import pandas as pd
 
     cols = ["lane", "kind", "start_s", "dur_s", "batch_id"]
@@ -100,7 +105,9 @@ def timeline_frame(batches, *, max_batches: int = TIMELINE_MAX_BATCHES):
 
     for wid, g in b.groupby(b["worker_id"].fillna(-1).astype("int64"), sort=True):
         lane = "main process" if wid < 0 else f"worker {wid}"
-        add(lane, "preprocessing", g["prep_start_ns"], g["prep_dur_ns"], g["batch_id"])
+        bad = g["failed"].to_numpy(dtype=bool, na_value=False)
+        add(lane, "preprocessing", g["prep_start_ns"][~bad], g["prep_dur_ns"][~bad], g["batch_id"][~bad])
+        add(lane, "failed", g["prep_start_ns"][bad], g["prep_dur_ns"][bad], g["batch_id"][bad])
     add("training loop", "wait", b["wait_start_ns"], b["wait_dur_ns"], b["batch_id"])
     add("training loop", "step", b["consumed_ns"], b["step_dur_ns"], b["batch_id"])
     return pd.DataFrame(rows, columns=cols)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 WAIT_LINE_MS = 500.0
-_COLORS = {"preprocessing": "#4C72B0", "wait": "#C44E52", "step": "#55A868"}
+_COLORS = {"preprocessing": "#4C72B0", "wait": "#C44E52", "step": "#55A868", "failed": "#222222"}
 
 
 def _figure(width: float = 8.0, height: float = 4.5):

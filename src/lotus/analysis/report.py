@@ -13,9 +13,11 @@ import os
 from pathlib import Path
 
 from lotus.analysis.diagnosis import verdict
+from lotus.analysis.info import outcome_note
 from lotus.analysis.jsonutil import dumps
 from lotus.analysis.stats import config_stats
 from lotus.analysis.wait import wait_stats
+from lotus.trace.batches import outcome_summary
 
 _CLASS_COLOR = {"fine": "#2e7d32", "input-bound": "#ef6c00", "severely input-bound": "#c62828", "unknown": "#616161"}
 _CSS = """
@@ -43,6 +45,7 @@ def build_report(configs, *, remove_outliers: bool = False, data_dir: str | None
             "verdict": verdict(c.events, c.batches, loaders=c.loaders),
             "stats": config_stats(c.events, c.batches, remove_outliers=remove_outliers),
             "wait": wait_stats(c.batches),
+            "outcomes": outcome_summary(c.batches),
         }
     return out
 
@@ -101,6 +104,9 @@ def _config_section(name: str, c: dict) -> str:
             f"rank {r}: {_pct(d['wait_share'])}" for r, d in v["per_rank"].items()) + "</span>")
     parts.append('<ul class="sugg">' + "".join(f"<li>{html.escape(s['text'])}</li>" for s in v["suggestions"])
                  + "</ul></div>")
+    note = outcome_note(c.get("outcomes") or {})
+    if note:
+        parts.append(f'<p class="outcomes">{html.escape(note[0].upper() + note[1:])}.</p>')
     keys = ["count", "mean", "std_pct", "median", "p25", "p75", "p90", "p99", "min", "max", "sum"]
     rows = [["batch preprocessing", *[_fmt(st["batch_preprocessing_ms"][k]) for k in keys]]]
     rows += [[html.escape(op), *[_fmt(d[k]) for k in keys]] for op, d in st["ops_ms"].items()]

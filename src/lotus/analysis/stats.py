@@ -9,6 +9,10 @@ Each description has the keys of :data:`STAT_KEYS`: count, sum, mean, population
 mean, min, max, median, p25, p75, IQR, p90, p99 (percentiles with linear interpolation, as numpy and
 pandas compute them).
 
+Only batches count: a failed batch (its fetch raised) is left out of every statistic, and so are the
+op events of failed and exhausted fetches (an exhausted fetch is no batch at all; see
+:mod:`lotus.trace.batches`). :func:`config_stats` reports how many there were.
+
 Outliers (``remove_outliers=True``) follow the original Lotus rule: batches whose preprocessing time
 is below ``q1 - 2 * IQR`` are dropped (meant for the last, partial batch of an epoch); their ops go
 with them.
@@ -19,6 +23,8 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+
+from lotus.trace.batches import failed_mask
 
 _log = logging.getLogger("lotus.analysis")
 
@@ -57,8 +63,9 @@ def outlier_floor_ns(values_ns) -> float | None:
 
 
 def prepared(batches):
-    """Batches with a known preprocessing time."""
-    return batches[batches["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False)]
+    """Batches with a known preprocessing time, failed ones left out."""
+    ok = batches["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False)
+    return batches[ok & ~failed_mask(batches)]
 
 
 def split_outliers(batches):
@@ -100,7 +107,12 @@ def op_names(events) -> list[str]:
 
 
 def op_durations(events, *, exclude=None) -> dict[str, np.ndarray]:
-    """Durations (ns) per op, in pipeline order. ``exclude``: batches (rows with the batch key) to leave out."""
+    """Durations (ns) per op, in pipeline order, without the ops of failed and exhausted fetches.
+    ``exclude``: more batches (rows with the batch key) to leave out."""
+    import pandas as pd
+
+    from lotus.trace.batches import fetch_outcomes
+
     names = op_names(events)
     if not names:
         return {}
@@ -108,9 +120,8 @@ def op_durations(events, *, exclude=None) -> dict[str, np.ndarray]:
     codes = np.asarray(cat.codes)
     lookup = {n: i for i, n in enumerate(cat.categories)}
     dur = events["dur_ns"].to_numpy()
-    keep = None
-    if exclude is not None and len(exclude):
-        keep = ~_rows_of_batches(events, exclude)
+    drop = [d[KEY] for d in (fetch_outcomes(events), exclude) if d is not None and len(d)]
+    keep = ~_rows_of_batches(events, pd.concat(drop, ignore_index=True)) if drop else None
     out = {}
     for n in names:
         mask = codes == lookup[n]
@@ -146,7 +157,10 @@ def op_totals_s(events) -> dict[str, float]:
 
 
 def config_stats(events, batches, *, remove_outliers: bool = False) -> dict:
-    """``{"batch_preprocessing_ms": {...}, "ops_ms": {op: {...}}, "outliers_removed": n}`` of one run."""
+    """``{"batch_preprocessing_ms": {...}, "ops_ms": {op: {...}}, "outliers_removed": n, "outcomes": {...}}``
+    of one run (``outcomes``: :func:`lotus.trace.batches.outcome_summary`, failed and exhausted fetches)."""
+    from lotus.trace.batches import outcome_summary
+
     if remove_outliers:
         kept, dropped = split_outliers(batches)
     else:
@@ -155,6 +169,7 @@ def config_stats(events, batches, *, remove_outliers: bool = False) -> dict:
         "batch_preprocessing_ms": describe_ms(kept["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)),
         "ops_ms": op_stats(events, exclude=dropped if len(dropped) else None),
         "outliers_removed": len(dropped),
+        "outcomes": outcome_summary(batches),
     }
 
 

@@ -22,7 +22,8 @@ bottleneck shows a small saving even when much of its wait was head-of-line bloc
 not make the workers faster. ``ready`` is the batch's arrival in the main process (after pinning), or the end
 of its preprocessing where no arrival was recorded (original logs).
 
-Runs without wait events (original logs before ``SBatchWait``) have ``known: False``.
+Runs without wait events (original logs before ``SBatchWait``) have ``known: False``. Failed batches
+(the fetch raised) are left out of every number here; exhausted fetches are no batches at all.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import itertools
 import numpy as np
 
 from lotus.analysis.stats import describe_ms
+from lotus.trace.batches import failed_mask, ok_batches
 
 GROUP = ["rank", "loader", "epoch"]
 MS = 1_000_000
@@ -46,6 +48,7 @@ def _i64(s) -> np.ndarray:
 def waited(batches):
     """Consumed batches with a known wait, in consumption order per (rank, loader, epoch)."""
     ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
+    ok = ok & ~failed_mask(batches)
     return batches[ok].sort_values([*GROUP, "consumed_ns"], kind="stable")
 
 
@@ -131,14 +134,14 @@ def wait_buckets(batches) -> dict[str, float]:
 
 
 def delay_stats(batches) -> dict:
-    """Statistics (ms) of ``delay = consumed - end of preprocessing``."""
-    return describe_ms(_i64(batches["delay_ns"]))
+    """Statistics (ms) of ``delay = consumed - end of preprocessing`` (failed batches left out)."""
+    return describe_ms(_i64(ok_batches(batches)["delay_ns"]))
 
 
 def wait_stats(batches) -> dict:
     """Wait, delay and head-of-line blocking summary of one run (times in ms, shares in [0, 1])."""
     w = waited(batches)
-    consumed = int(batches["consumed_ns"].notna().sum())
+    consumed = int(ok_batches(batches)["consumed_ns"].notna().sum())
     if len(w) == 0:
         why = ("no main-process wait events (an original log before SBatchWait, or worker files only)"
                if len(batches) else "no batches")

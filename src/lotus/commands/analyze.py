@@ -60,6 +60,15 @@ def writing(path):
         raise LotusError(f"cannot write {where}: {exc.strerror or exc}") from None
 
 
+def echo_outcomes(outcomes: dict, *, dispatched: bool = False, lead: str = "not in these numbers") -> None:
+    """One line on failed batches and exhausted fetches (nothing when there were none)."""
+    from lotus.analysis.info import outcome_note
+
+    note = outcome_note(outcomes, dispatched=dispatched)
+    if note:
+        click.echo(f"  {lead}: {note}")
+
+
 def configs_of(data_dir: Path):
     from lotus.analysis.runs import iter_configs
 
@@ -96,7 +105,8 @@ def stats(data_dir: Path, remove_outliers: bool, output: Path | None, per_rank: 
         if not as_json:
             _print_stats(cfg.name, result[cfg.name], ranks.get(cfg.name))
     doc = {"configs": {name: {"batch_preprocessing_ms": st["batch_preprocessing_ms"], "ops_ms": st["ops_ms"],
-                              "outliers_removed": st["outliers_removed"]} for name, st in result.items()}}
+                              "outliers_removed": st["outliers_removed"], "outcomes": st["outcomes"]}
+                       for name, st in result.items()}}
     for name, per in ranks.items():
         doc["configs"][name]["per_rank"] = {r: {"batch_preprocessing_ms": d} for r, d in per.items()}
     if as_json:
@@ -136,6 +146,7 @@ def _print_stats(name: str, st: dict, per_rank: dict | None = None) -> None:
         click.echo(f"  {'  rank ' + str(rank):22}{str(d['count']).rjust(8)}{ms(d['mean'])}{ms(d['std'])}{'':9}"
                    f"{ms(d['median'])}{ms(d['p25'])}{ms(d['p75'])}{ms(d['p90'])}{ms(d['p99'])}{ms(d['min'])}"
                    f"{ms(d['max'])}{ms(d['sum'])}")
+    echo_outcomes(st["outcomes"])
     click.echo("")
 
 
@@ -150,6 +161,7 @@ def _print_stats(name: str, st: dict, per_rank: dict | None = None) -> None:
 def wait(data_dir: Path, sort: str, fig_dir: Path | None, top: int, as_json: bool) -> None:
     """Training-loop wait per batch, delay, and head-of-line blocking (in_order=False estimate)."""
     from lotus.analysis.wait import wait_stats, wait_table
+    from lotus.trace.batches import outcome_summary
 
     doc = {"configs": {}}
     for cfg in configs_of(data_dir):
@@ -159,7 +171,7 @@ def wait(data_dir: Path, sort: str, fig_dir: Path | None, top: int, as_json: boo
             doc["configs"][cfg.name] = {**summary, "batches_detail": [] if table is None else
                                         table.to_dict(orient="records")}
         else:
-            _print_wait(cfg.name, summary, table, top, sort)
+            _print_wait(cfg.name, summary, table, top, sort, outcome_summary(cfg.batches))
         if fig_dir is not None:
             from lotus.analysis import plotdata
             from lotus.analysis.plots import delay_plot, safe_name, save_figure, wait_plot
@@ -175,11 +187,13 @@ def wait(data_dir: Path, sort: str, fig_dir: Path | None, top: int, as_json: boo
         echo_json(doc)
 
 
-def _print_wait(name: str, s: dict, table, top: int, sort: str) -> None:
+def _print_wait(name: str, s: dict, table, top: int, sort: str, outcomes: dict) -> None:
     d = s["delay_ms"]
     delay = f"delay (ms): median {ms(d['median'], 0)}, p90 {ms(d['p90'], 0)}, max {ms(d['max'], 0)}"
     if not s["known"]:
-        click.echo(f"{name}: wait unknown ({s['reason']}); {s['batches']} batches consumed; {delay}\n")
+        click.echo(f"{name}: wait unknown ({s['reason']}); {s['batches']} batches consumed; {delay}")
+        echo_outcomes(outcomes)
+        click.echo("")
         return
     b, w, h = s["buckets"], s["wait_ms"], s["head_of_line"]
     click.echo(f"{name}: {s['batches']} batches")
@@ -198,6 +212,7 @@ def _print_wait(name: str, s: dict, table, top: int, sort: str) -> None:
             worker = "-" if r.worker_id != r.worker_id else str(int(r.worker_id))
             click.echo(f"    {r.rank:4d} {r.epoch:5d} {r.batch_id:5d} {worker:>6} {ms(r.wait_ms)} {ms(r.delay_ms)} "
                        f"{ms(r.hol_blocked_ms, 11)}  {'yes' if r.buffered else 'no'}")
+    echo_outcomes(outcomes)
     click.echo("")
 
 
@@ -250,6 +265,7 @@ def _print_verdict(name: str, v: dict, per_rank: bool) -> None:
         each = ", ".join(f"{k} {pct(s)}" for k, s in list(wk["per_worker"].items())[:16])
         more = " ..." if wk["count"] > 16 else ""
         click.echo(f"  workers: {wk['count']}, busy {pct(wk['mean_busy_share'])} on average ({each}{more})")
+    echo_outcomes(v.get("outcomes") or {})
     if v["suggestions"]:
         click.echo("  suggestions:")
         for s in v["suggestions"]:

@@ -38,6 +38,9 @@ def diff(run_a: Path, run_b: Path, top: int, as_json: bool) -> None:
     med = "-" if bt["median_change_ms"] is None else f"{bt['median_change_ms']:+.3g} ms"
     click.echo(f"  batches matched {bt['matched']} (only in A {bt['only_in_a']}, only in B {bt['only_in_b']}): "
                f"{bt['slower']} slower, {bt['faster']} faster, median change {med}")
+    for k, what in (("failed", "failed batches (not compared)"), ("exhausted", "exhausted fetches (not batches)")):
+        if bt[k]["a"] or bt[k]["b"]:
+            click.echo(f"  {what}: A {bt[k]['a']}, B {bt[k]['b']}")
     if bt["most_slowed"]:
         click.echo("  most slowed-down batches (rank/loader/epoch/batch: A -> B ms):")
         for r in bt["most_slowed"]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lotus.commands.analyze import configs_of, data_dir_option, echo_json
+from lotus.commands.analyze import configs_of, data_dir_option, echo_json, echo_outcomes
 
 
 @click.command()
@@ -40,6 +40,7 @@ def _print(name: str, inf: dict) -> None:
         worker = "-" if f["worker_id"] in (None, -1) else str(f["worker_id"])
         click.echo(f"    {f['role']:7} {f['pid']!s:>8} {f['rank']!s:>4} {worker:>6} {f['events']:>10}  {closed:7} "
                    f"{Path(f['path']).name}")
+    echo_outcomes(inf["batches"], dispatched=True, lead="also")
     if inf["unclean_files"]:
         click.echo(f"  {inf['unclean_files']} file(s) without an end record: killed or still running processes")
     for key, desc in inf["loaders"].items():

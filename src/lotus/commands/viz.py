@@ -30,5 +30,8 @@ def viz(data_dir: Path, out: Path, coarse: bool, merge: tuple[Path, ...], no_mer
         s = write_chrome_trace(cfg.events, out, coarse=coarse, batches=cfg.batches, kineto=kineto,
                                run_name=cfg.name)
     merged = f"; merged into {', '.join(s.merged)} ({s.kineto_events} events)" if s.merged else ""
-    click.echo(f"wrote {out}: {s.slices} slices, {s.instants} instants, {s.flows} batch flows, {s.counters} "
-               f"counter samples in {s.processes} processes{merged}. Open it in https://ui.perfetto.dev")
+    marked = ", ".join(f"{n} {what}" for n, what in ((s.exhausted, "exhausted-fetch markers"),
+                                                      (s.failed, "failed-fetch slices")) if n)
+    marked = f" (of which {marked})" if marked else ""
+    click.echo(f"wrote {out}: {s.slices} slices, {s.instants} instants{marked}, {s.flows} batch flows, "
+               f"{s.counters} counter samples in {s.processes} processes{merged}. Open it in https://ui.perfetto.dev")

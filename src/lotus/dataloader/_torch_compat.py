@@ -48,7 +48,7 @@ ITER_ATTRS = (
 # Iterator methods lotus calls without overriding.
 ITER_CALLS = ("_process_data",)
 # Iterator methods lotus overrides (calling the torch implementation through super()).
-ITER_METHODS = ("_next_data", "_next_index", "_try_put_index", "_get_data", "_reset")
+ITER_METHODS = ("_next_data", "_next_index", "_try_put_index", "_get_data", "_reset", "_shutdown_workers")
 # DataLoader method lotus overrides to hand out its own iterator subclasses.
 LOADER_METHODS = ("_get_iterator",)
 
@@ -149,3 +149,10 @@ def accelerator_available() -> bool:
     if acc is not None and callable(getattr(acc, "is_available", None)):
         return bool(acc.is_available())
     return bool(torch.cuda.is_available())
+
+
+def shutdown_workers(iterator) -> None:
+    """Stop a multiprocess iterator's workers now (what torch does when an epoch ends)."""
+    fn = getattr(iterator, "_shutdown_workers", None)
+    if fn is not None:
+        fn()

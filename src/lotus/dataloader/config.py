@@ -6,9 +6,13 @@ import itertools
 import os
 from dataclasses import dataclass
 
-TRACE_DIR_ENV = "LOTUS_TRACE_DIR"
-ITT_ENV = "LOTUS_ITT"
-TELEMETRY_ENV = "LOTUS_GPU_TELEMETRY"
+from lotus import _env
+
+TRACE_DIR_ENV = _env.TRACE_DIR
+ITT_ENV = _env.ITT
+TELEMETRY_ENV = _env.TELEMETRY
+WORKERS_ENV = _env.WORKERS
+STEPS_ENV = _env.STEPS
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -30,6 +34,28 @@ def resolve_itt(itt) -> bool:
 
 def resolve_telemetry(flag) -> bool:
     return bool(flag) if flag is not None else env_flag(TELEMETRY_ENV)
+
+
+def _env_int(name: str) -> int | None:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def workers_override() -> int | None:
+    """num_workers forced on every DataLoader by ``lotus run --workers`` (None: the script's own)."""
+    return _env_int(WORKERS_ENV)
+
+
+def steps_limit() -> int | None:
+    """Consumed batches after which ``lotus run --steps`` ends the job (None: no limit)."""
+    n = _env_int(STEPS_ENV)
+    return n if n else None
 
 
 def distributed_rank() -> tuple[int, int]:

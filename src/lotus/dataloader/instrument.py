@@ -4,8 +4,8 @@
   (:func:`instrument_in_worker`): its class becomes a same-named subclass that times ``__getitem__`` /
   ``__iter__``, so ``get_worker_info().dataset`` and ``isinstance`` checks keep working.
 * In the main process (num_workers=0) the user's dataset is left alone: the fetcher gets a
-  :class:`SampleProxy`, and traced transforms are swapped in only while a batch is fetched
-  (:class:`TransformSwap`).
+  :class:`SampleProxy`; Composes are timed at the class level while a batch is fetched
+  (:mod:`.compose`) and other transforms swapped in only for that time (:class:`TransformSwap`).
 
 Load time of a sample = from the start of ``__getitem__`` to the start of its first transform.
 """
@@ -16,7 +16,7 @@ import struct
 from collections.abc import Iterator
 
 from lotus.dataloader.recorder import Recorder, mono
-from lotus.dataloader.transforms import _delegate, trace_transform, transform_slots
+from lotus.dataloader.transforms import _delegate, needs_wrapping, trace_transform, transform_slots
 from lotus.trace import schema as S
 
 _PACK2 = struct.Struct("<" + S.RECORD.format.lstrip("<") * 2).pack  # two records in one append
@@ -129,8 +129,13 @@ def _traced_subclass(cls: type, rec: Recorder, iterable: bool) -> type:
 
 
 def instrument_in_worker(ds, rec: Recorder, iterable: bool) -> bool:
-    """Instrument a worker's private copy of the dataset in place. Returns True if samples are timed."""
+    """Instrument a worker's private copy of the dataset in place. Returns True if samples are timed.
+
+    Composes anywhere are timed by the process-wide window of :mod:`.compose` (opened by the worker
+    entry); other transforms found in the dataset's transform attributes get a traced stand-in."""
     for holder, attr, t, _ in transform_slots(ds):
+        if not needs_wrapping(t):
+            continue
         try:
             setattr(holder, attr, trace_transform(t, rec))
         except Exception:

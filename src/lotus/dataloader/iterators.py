@@ -16,6 +16,7 @@ events of :mod:`lotus.dataloader.instrument`. The loader policies of :mod:`lotus
 from __future__ import annotations
 
 from lotus.dataloader import _torch_compat as compat
+from lotus.dataloader import compose
 from lotus.dataloader.envelope import PinEnvelope
 from lotus.dataloader.gpu import set_active
 from lotus.dataloader.instrument import SampleProxy, TimedCollate
@@ -30,6 +31,7 @@ class NullTrace:
 
     on = False
     epoch = 0
+    stop_after = None
 
     def record(self, *args) -> None:
         pass
@@ -50,6 +52,8 @@ class _MainSide:
         self._lotus_active = False
         self._lotus_t0 = None
         self._lotus_prev = None  # (batch, handed-off ns) of the batch the loop holds
+        self._lotus_open = False  # an epoch started and its end is not recorded yet
+        self._lotus_patched = False  # this iterator holds a patch_classes() of lotus.dataloader.compose
         self._lotus_last = None  # (batch, buffered, pin_start, pin_end) of the batch being returned
         self._lotus_cuda = self._lt.cuda_probe() if self._lt.on else None
 
@@ -57,9 +61,45 @@ class _MainSide:
         lt = self._lt
         lt.record(S.EV_EPOCH_START, mono(), 0, S.NO_ID, S.NO_ID, self._num_workers)
         self._lotus_prev = None
+        self._lotus_open = True
+
+    def _lotus_epoch_end(self, how: int) -> None:
+        """Record the end of the epoch (exhausted, abandoned, probe end) and write everything out."""
+        lt = self._lt
+        if self._lotus_patched:
+            self._lotus_patched = False
+            compose.unpatch_classes()
+        if not lt.on:
+            return
+        if self._lotus_open:
+            self._lotus_open = False
+            lt.record(S.EV_EPOCH_END, mono(), 0, S.NO_ID, S.NO_ID, how)
+            if self._lotus_cuda is not None:
+                self._lotus_cuda.finish()
+        lt.flush()
+
+    def __del__(self):
+        # A loop that broke early, a dropped iterator, a deleted loader: the trace is written now.
+        try:
+            if self._lt.on or self._lotus_patched:
+                self._lotus_epoch_end(S.EPOCH_ABANDONED)
+        except Exception:
+            pass
+        parent = getattr(super(), "__del__", None)
+        if parent is not None:
+            parent()
 
     def __next__(self):
         lt = self._lt
+        if lt.stop_after is not None:
+            if lt.consumed >= lt.stop_after:
+                from lotus.dataloader.probe import end_job
+
+                end_job(lt, self)  # raises SystemExit(0)
+            if not lt.on:
+                data = super().__next__()
+                lt.consumed += 1
+                return data
         if not lt.on:
             return super().__next__()
         t0 = mono()
@@ -78,10 +118,7 @@ class _MainSide:
             data = super().__next__()
         except StopIteration:
             try:
-                lt.record(S.EV_EPOCH_END, mono(), 0, S.NO_ID, S.NO_ID, 0)
-                if cuda is not None:
-                    cuda.finish()
-                lt.flush()
+                self._lotus_epoch_end(S.EPOCH_EXHAUSTED)
             except Exception as exc:
                 lt.fail("epoch end", exc)
             raise
@@ -104,6 +141,7 @@ class _MainSide:
                     cuda.got(batch)
                 self._lotus_prev = (batch, t1)
                 lt.last_batch = batch
+                lt.consumed += 1
                 set_active(lt)
                 lt.maybe_flush(t1)
         except Exception as exc:
@@ -134,6 +172,8 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
             self._dataset_fetcher = compat.create_fetcher(
                 self._dataset_kind, proxy, self._auto_collation, collate, self._drop_last)
             self._lotus_swap = TransformSwap(self._dataset, rec)
+            compose.patch_classes()
+            self._lotus_patched = True
             self._lotus_rec = rec
             self._lotus_epoch_start()
         except Exception as exc:  # fall back to torch's own fetcher, untraced samples
@@ -169,7 +209,9 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
             if t0 is not None:  # a batch was opened: close it (the error is the user's, re-raised)
                 if rec.itt is not None:
                     rec.itt.end()
-                if not isinstance(exc, StopIteration):
+                if isinstance(exc, StopIteration):  # IterableDataset exhausted: no batch
+                    rec.rec(S.EV_EXHAUSTED, t0, mono() - t0, rec.batch, S.NO_ID, 0)
+                else:
                     rec.rec(S.EV_FETCH, t0, mono() - t0, rec.batch, S.NO_ID, S.FETCH_ERROR)
             raise
         t1 = mono()
@@ -202,6 +244,15 @@ class TracedMultiProcessingIter(_MainSide, compat.MultiProcessingIter):
             except Exception as exc:
                 self._lt.fail("reset", exc)
         super()._reset(loader, first_iter)
+
+    def _shutdown_workers(self) -> None:
+        super()._shutdown_workers()
+        lt = self._lt
+        if lt.on:
+            try:
+                lt.flush()
+            except Exception as exc:
+                lt.fail("shutdown", exc)
 
     def _try_put_index(self) -> None:
         policy = self._lotus_policy
@@ -238,11 +289,12 @@ class TracedMultiProcessingIter(_MainSide, compat.MultiProcessingIter):
             info = self._task_info.get(idx)
             if info is not None:
                 self._lotus_inflight[info[0]] -= 1
-            if type(r[1]) is not compat.IterableDatasetStopIteration:
+            exhausted = type(r[1]) is compat.IterableDatasetStopIteration
+            if not exhausted:
                 self._lotus_gots.append(idx)
             if self._lt.on:
                 try:
-                    self._lt.record(S.EV_ARRIVE, mono(), 0, idx, S.NO_ID, 0)
+                    self._lt.record(S.EV_ARRIVE, mono(), 0, idx, S.NO_ID, S.ARRIVE_EXHAUSTED if exhausted else 0)
                 except Exception as exc:
                     self._lt.fail("arrive", exc)
         return r

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import os
 import weakref
+from typing import TypeVar
 
 import torch.utils.data
 
@@ -21,12 +22,15 @@ from lotus.dataloader.config import (
     resolve_itt,
     resolve_telemetry,
     resolve_trace_dir,
+    steps_limit,
+    workers_override,
 )
 from lotus.dataloader.policy import Policy, resolve_policy
 from lotus.dataloader.recorder import Recorder, make_itt
 from lotus.trace.writer import main_writer
 
 _TorchDataLoader = torch.utils.data.DataLoader
+T_co = TypeVar("T_co", covariant=True)
 
 
 def _describe(loader: _TorchDataLoader, name: str | None) -> dict:
@@ -55,7 +59,16 @@ def _describe(loader: _TorchDataLoader, name: str | None) -> dict:
         "worker_assignment": getattr(loader, "_lotus_policy", None) and loader._lotus_policy.assignment,
         "delivery_order": getattr(loader, "_lotus_policy", None) and loader._lotus_policy.delivery,
         "pid": os.getpid(),
+        "num_workers_requested": getattr(loader, "_lotus_requested_workers", None),
+        "cpus_available": _cpus_available(),
     }
+
+
+def _cpus_available() -> int | None:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 class LoaderTrace:
@@ -65,6 +78,8 @@ class LoaderTrace:
                  telemetry: bool = False):
         self.rank, self.world_size = distributed_rank()
         self.telemetry = telemetry
+        self.stop_after = steps_limit()  # lotus run --steps: batches this loader hands out before the job ends
+        self.consumed = 0
         self.last_batch = -1
         self._probe = None
         self._steps = None
@@ -168,7 +183,7 @@ class LoaderTrace:
             self._probe.close()
 
 
-class DataLoader(_TorchDataLoader):
+class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[int] in annotations
     """torch.utils.data.DataLoader, plus lotus tracing.
 
     Lotus-only keywords (everything else is torch's, passed through unchanged):
@@ -187,6 +202,10 @@ class DataLoader(_TorchDataLoader):
         self._lotus = None
         self._lotus_wrapping = False
         self._lotus_policy = Policy()
+        self._lotus_requested_workers = None
+        forced = workers_override()
+        if forced is not None:
+            args, kwargs, self._lotus_requested_workers = _force_workers(args, kwargs, forced)
         if worker_assignment is not None or delivery_order is not None:
             workers = _num_workers_of(args, kwargs)
             self._lotus_policy, in_order = resolve_policy(worker_assignment, delivery_order,
@@ -255,6 +274,31 @@ class DataLoader(_TorchDataLoader):
     def trace_dir(self) -> str | None:
         """Where this loader writes its trace (None when tracing is off)."""
         return self._lotus.trace_dir if self._lotus is not None else None
+
+
+def _force_workers(args: tuple, kwargs: dict, workers: int) -> tuple[tuple, dict, int]:
+    """``lotus run --workers N``: the arguments with num_workers=N (and what the script asked for).
+
+    With N=0, worker-only settings the script passed (persistent_workers, prefetch_factor...) are
+    reset so torch accepts the call."""
+    params = list(inspect.signature(_TorchDataLoader.__init__).parameters)[1:]
+    args = list(args)
+    requested = _num_workers_of(tuple(args), kwargs)
+
+    def put(name, value):
+        i = params.index(name) if name in params else -1
+        if 0 <= i < len(args):
+            args[i] = value
+        elif name in params or name in kwargs:
+            kwargs[name] = value
+
+    put("num_workers", workers)
+    if workers == 0:
+        put("persistent_workers", False)
+        put("prefetch_factor", None)
+        put("timeout", 0)
+        put("multiprocessing_context", None)
+    return tuple(args), kwargs, requested
 
 
 def _num_workers_of(args: tuple, kwargs: dict) -> int:

@@ -55,11 +55,12 @@ class Recorder:
     """Per-process (worker) or per-iterator (main, num_workers=0) event recorder.
 
     ``batch`` is the batch being prepared; ``sample`` the dataset index being loaded;
-    ``tf_start``/``tf_end`` the span of the current sample's transforms (0 when none ran yet).
+    ``tf_start``/``tf_end`` the span of the current sample's transforms (0 when none ran yet);
+    ``depth``/``nrec`` let nested ops attribute time to the innermost op once.
     """
 
-    __slots__ = ("batch", "epoch", "h_batch", "h_collate", "h_load", "in_sample", "itt", "loader", "on",
-                 "sample", "tf_end", "tf_start", "w", "worker_id")
+    __slots__ = ("batch", "compose_ids", "depth", "epoch", "h_batch", "h_collate", "h_load", "in_sample", "itt",
+                 "loader", "nrec", "on", "sample", "tf_end", "tf_start", "w", "worker_id")
 
     def __init__(self, writer: TraceWriter, loader: int, epoch: int, itt: Itt | None, worker_id: int = -1):
         self.w = writer
@@ -70,6 +71,9 @@ class Recorder:
         self.tf_start = 0
         self.tf_end = 0
         self.in_sample = False
+        self.depth = 0  # Compose loops in progress (lotus.dataloader.compose)
+        self.nrec = 0  # op events recorded so far: an op that saw this change records nothing itself
+        self.compose_ids: dict = {}  # id(ops list) -> (ops, event ids, ITT handles, list)
         self.worker_id = worker_id
         self.itt = itt
         self.on = writer.ok
@@ -103,9 +107,9 @@ class Recorder:
             self.itt.begin(self.h_batch)
         return t
 
-    def end_batch(self, start_ns: int, flags: int = 0, end_ns: int | None = None) -> int:
+    def end_batch(self, start_ns: int, flags: int = 0, end_ns: int | None = None, kind: int = S.EV_FETCH) -> int:
         t = end_ns or mono()
         if self.itt is not None:
             self.itt.end()
-        self.rec(S.EV_FETCH, start_ns, t - start_ns, self.batch, S.NO_ID, flags)
+        self.rec(kind, start_ns, t - start_ns, self.batch, S.NO_ID, flags)
         return t

@@ -1,20 +1,21 @@
-"""Timing every transform of a dataset's pipeline without modifying the user's objects.
+"""Timing transforms that are not a torchvision ``Compose`` (those are timed by :mod:`.compose`).
 
-Transforms are found on the dataset (and on datasets it wraps: ``Subset.dataset``,
-``ConcatDataset.datasets``) under the attributes ``transform``, ``target_transform`` and
-``transforms`` (torchvision's convention; instance or class attributes). A torchvision ``Compose``
-(v1 or v2) is copied with each of its ops wrapped in a :class:`TimedOp`, so the Compose's own logic
-still runs; any other callable is timed as one op. :class:`TransformSwap` installs the traced versions
-only while a batch is fetched, for the main process (num_workers=0).
+A dataset's ``transform``/``target_transform``/``transforms`` attribute (torchvision's convention;
+instance or class attribute; also on datasets it wraps: ``Subset.dataset``, ``ConcatDataset.datasets``)
+that is a plain callable (a function, ``ToTensor()`` alone, a user class) is timed as one op by a
+:class:`TimedPipeline` around a :class:`TimedOp`, in the worker's own copy of the dataset or, in the
+main process (num_workers=0), swapped in only while a batch is fetched (:class:`TransformSwap`). A
+``Compose`` there, or a ``StandardTransform`` around one, is left as it is: the class-level timing of
+:mod:`.compose` covers it wherever it lives. User objects are never modified.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import sys
 import types
 
-from lotus._names import dedupe
 from lotus.dataloader.recorder import Recorder, mono
 
 TRANSFORM_ATTRS = ("transform", "target_transform", "transforms")
@@ -38,12 +39,12 @@ def _delegate(self, name: str, target: str):
 
 
 def _is_compose(t) -> bool:
-    try:
-        from torchvision.transforms import Compose
-        from torchvision.transforms.v2 import Compose as ComposeV2
-    except Exception:  # torchvision missing or broken: time such objects as one op
-        return False
-    return isinstance(t, (Compose, ComposeV2)) and isinstance(getattr(t, "transforms", None), (list, tuple))
+    """A torchvision Compose (v1 or v2), without importing torchvision (imported if ``t`` is one)."""
+    mod = sys.modules
+    classes = [getattr(mod.get(m), "Compose", None) for m in
+               ("torchvision.transforms.transforms", "torchvision.transforms.v2._container")]
+    classes = tuple(c for c in classes if c is not None)
+    return bool(classes) and isinstance(t, classes) and isinstance(getattr(t, "transforms", None), (list, tuple))
 
 
 class TimedOp:
@@ -60,30 +61,26 @@ class TimedOp:
 
     def __call__(self, *args, **kwargs):
         rec = self.rec
-        itt = rec.itt
-        if itt is None and rec.on:  # the hot path: two clock reads and one 48-byte append
-            t0 = mono()
-            out = self.op(*args, **kwargs)
-            t1 = mono()
-            try:
-                w = rec.w
-                w.buf += w.pack(self.nid, rec.loader, rec.epoch, t0, t1 - t0, rec.batch, rec.sample, 0)
-            except Exception as exc:
-                rec.fail("op", exc)
-            return out
         if not rec.on:
             return self.op(*args, **kwargs)
-        itt.begin(self.handle)
+        itt = rec.itt
+        n0 = rec.nrec
+        if itt is not None:
+            itt.begin(self.handle)
         t0 = mono()
         try:
             out = self.op(*args, **kwargs)
         finally:
-            itt.end()
+            if itt is not None:
+                itt.end()
         t1 = mono()
-        try:
-            rec.rec(self.nid, t0, t1 - t0, rec.batch, rec.sample, 0)
-        except Exception as exc:
-            rec.fail("op", exc)
+        if rec.nrec == n0:  # ops inside it (a Compose it calls) recorded nothing: the time is its own
+            try:
+                w = rec.w
+                w.buf += w.pack(self.nid, rec.loader, rec.epoch, t0, t1 - t0, rec.batch, rec.sample, 0)
+                rec.nrec = n0 + 1
+            except Exception as exc:
+                rec.fail("op", exc)
         return out
 
     def __getattr__(self, name):  # parameters of the wrapped transform stay readable
@@ -123,21 +120,24 @@ class TimedPipeline:
         return repr(self.original)
 
 
+def needs_wrapping(t) -> bool:
+    """Whether transform ``t`` needs an attribute-level stand-in (Composes are timed at the class level)."""
+    if t is None or not callable(t) or isinstance(t, TimedPipeline) or _is_compose(t):
+        return False
+    if type(t).__name__ == "StandardTransform":
+        return any(needs_wrapping(v) for a, v in _vars(t).items() if a in ("transform", "target_transform"))
+    return True
+
+
 def trace_transform(t, rec: Recorder):
-    """A traced stand-in for transform ``t`` (``t`` itself is not modified)."""
-    if isinstance(t, TimedPipeline) or t is None or not callable(t):
+    """A traced stand-in for transform ``t`` (``t`` itself is not modified); ``t`` when none is needed."""
+    if not needs_wrapping(t):
         return t
-    if _is_compose(t):
-        names = dedupe([op_name(op) for op in t.transforms], "#")  # two Normalize: Normalize, Normalize#2
-        ops = [TimedOp(op, name, rec) for op, name in zip(t.transforms, names, strict=True)]
+    if type(t).__name__ == "StandardTransform":
         c = copy.copy(t)
-        object.__setattr__(c, "transforms", ops)  # bypasses nn.Module.__setattr__ (v2 Compose)
-        return TimedPipeline(c, t, rec)
-    inner_slots = {a: v for a, v in _vars(t).items() if a in ("transform", "target_transform") and callable(v)}
-    if inner_slots and type(t).__name__ == "StandardTransform":
-        c = copy.copy(t)
-        for a, v in inner_slots.items():
-            object.__setattr__(c, a, trace_transform(v, rec))
+        for a, v in _vars(t).items():
+            if a in ("transform", "target_transform") and callable(v):
+                object.__setattr__(c, a, trace_transform(v, rec))
         return c
     return TimedPipeline(TimedOp(t, op_name(t), rec), t, rec)
 
@@ -183,23 +183,32 @@ def transform_slots(ds, depth: int = 0, seen: set | None = None) -> list[tuple[o
 
 
 class TransformSwap:
-    """Installs traced transforms on the user's dataset only while a batch is fetched (main process)."""
+    """Installs traced stand-ins of a dataset's non-Compose transforms only while a batch is fetched
+    (main process, num_workers=0), and opens the Compose timing window for the same time.
+
+    The dataset is searched once, when the iterator starts (each epoch); a transform the user replaced
+    since then is left alone.
+    """
 
     def __init__(self, ds, rec: Recorder):
-        self.ds = ds
+        from lotus.dataloader.compose import ComposeWindow
+
         self.rec = rec
-        self._cache: dict[int, tuple[object, object]] = {}
+        self._window = ComposeWindow(rec)
+        self._plan = [(holder, attr, t, from_class, trace_transform(t, rec))
+                      for holder, attr, t, from_class in transform_slots(ds) if needs_wrapping(t)]
         self._active: list[tuple[object, str, object, bool]] = []
 
     def __enter__(self):
+        self._window.__enter__()
+        if not self._plan:
+            return self
         active = []
-        for holder, attr, t, from_class in transform_slots(self.ds):
-            cached = self._cache.get(id(t))
-            if cached is None or cached[0] is not t:
-                cached = (t, trace_transform(t, self.rec))
-                self._cache[id(t)] = cached
+        for holder, attr, t, from_class, traced in self._plan:
             try:
-                _set(holder, attr, cached[1])
+                if getattr(holder, attr, None) is not t:
+                    continue  # replaced by the user meanwhile: not ours to wrap
+                _set(holder, attr, traced)
                 active.append((holder, attr, t, from_class))
             except Exception:
                 pass
@@ -207,15 +216,18 @@ class TransformSwap:
         return self
 
     def __exit__(self, *exc) -> None:
-        for holder, attr, t, from_class in reversed(self._active):
-            try:
-                if from_class:
-                    object.__delattr__(holder, attr)  # the class attribute shows through again
-                else:
-                    _set(holder, attr, t)
-            except Exception:
-                pass
-        self._active = []
+        try:
+            for holder, attr, t, from_class in reversed(self._active):
+                try:
+                    if from_class:
+                        object.__delattr__(holder, attr)  # the class attribute shows through again
+                    else:
+                        _set(holder, attr, t)
+                except Exception:
+                    pass
+            self._active = []
+        finally:
+            self._window.__exit__()
 
 
 def _set(holder, attr: str, value) -> None:

@@ -65,11 +65,11 @@ class _ResultQueue(_QueueView):
         t1 = mono()
         try:
             if t0 is not None:
-                data = obj[1]
-                kind = type(data).__name__
-                flags = S.FETCH_ERROR if kind == "ExceptionWrapper" else (
-                    S.FETCH_STOP if kind == "_IterableDatasetStopIteration" else 0)
-                rec.end_batch(t0, flags, t1)
+                kind = type(obj[1]).__name__
+                if kind == "_IterableDatasetStopIteration":  # no data: not a batch
+                    rec.end_batch(t0, 0, t1, S.EV_EXHAUSTED)
+                else:
+                    rec.end_batch(t0, S.FETCH_ERROR if kind == "ExceptionWrapper" else 0, t1)
         except Exception as exc:
             rec.fail("result queue", exc)
         out = self._q.put(obj, *args, **kwargs)
@@ -86,6 +86,7 @@ class _ResultQueue(_QueueView):
 def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | None]:
     from lotus.dataloader import _torch_compat as compat
     from lotus.dataloader.instrument import TimedCollate, instrument_in_worker
+    from lotus.dataloader.traced_class import make_faithful
 
     worker_id = int(compat.worker_arg(args, "worker_id"))
     writer = TraceWriter(cfg.trace_dir, "worker", rank=cfg.rank, world_size=cfg.world_size, worker_id=worker_id)
@@ -99,12 +100,22 @@ def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | 
         "data_queue": _ResultQueue(compat.worker_arg(args, "data_queue"), rec, state),
         "collate_fn": TimedCollate(compat.worker_arg(args, "collate_fn"), rec, cfg.envelope),
     }
+    from lotus.dataloader import compose
+
+    compose.reset_after_fork()
+    compose.patch_classes()
+    compose.open_window(rec)  # every Compose this worker runs is timed, wherever it lives
     dataset = compat.dataset_from_worker_args(args)
     if dataset is not None:
         iterable = compat.is_iterable_kind(compat.worker_arg(args, "dataset_kind"))
+        cls = type(dataset)
         try:
             instrument_in_worker(dataset, rec, iterable)
+            if type(dataset) is not cls:  # pickles, copies and iterates as the user's class (IterDataPipe)
+                make_faithful(type(dataset), cls)
         except Exception as exc:  # the dataset stays as it is; batch events still come
+            if type(dataset) is not cls:
+                dataset.__class__ = cls
             warn_once("instrument", f"lotus: per-sample timing off in workers ({exc!r})")
         new["dataset"] = dataset
     return compat.replace_worker_args(args, **new), rec

@@ -1,4 +1,19 @@
-"""``load_batches``: one row per (rank, loader, epoch, batch_id), joining worker and main sides.
+"""``load_batches``: one row per batch, keyed (rank, loader, epoch, batch_id), joining worker and main sides.
+
+Batches are batches: a key is a row only if a ``fetch`` (successful or failed) was recorded for it, or
+the training loop consumed it (main-only traces: worker files lost, original logs). Not rows, and so
+in no statistic:
+
+* *exhausted* keys: a worker's fetch found its IterableDataset exhausted (``exhausted`` event, or an
+  ``arrive`` flagged ``ARRIVE_EXHAUSTED``): no data, no batch;
+* keys that were only *dispatched*: torch hands out a few indices past the end of an IterableDataset
+  (prefetch), and a loop that stops early leaves dispatched indices unprepared.
+
+They stay countable: ``batches.attrs["exhausted"]`` (int), ``batches.attrs["exhausted_by_worker"]``
+(``{"r0/w1": n}``) and ``batches.attrs["dispatched_without_batch"]`` (int); :func:`fetch_outcomes`
+lists every exhausted and failed fetch of an events DataFrame, and :func:`outcome_summary` sums it all
+up. A fetch that raised is a row with ``status == "failed"`` (``failed`` True): reported, but left out
+of every timing statistic (:func:`ok_batches`).
 
 Columns (absolute times are wall-clock epoch ns; nullable ``Int64`` where a side may be missing):
 
@@ -15,7 +30,8 @@ prep_end_ns         prep_start_ns + prep_dur_ns
 n_samples           samples in the batch
 collate_dur_ns      collate_fn time
 put_dur_ns          time to put the batch on the result queue
-failed              the worker raised while preparing it
+failed              the fetch raised (worker, or the main process with num_workers=0)
+status              "ok" or "failed" (category)
 arrive_ns           main process received it (after pinning, when pin_memory=True)
 pin_start_ns/       pin-memory thread time on it
 pin_dur_ns
@@ -34,6 +50,9 @@ from __future__ import annotations
 import logging
 import os
 
+import numpy as np
+
+from lotus.trace import schema as S
 from lotus.trace.events import load_events
 
 _log = logging.getLogger("lotus.trace")
@@ -43,8 +62,9 @@ KEY = ["rank", "loader", "epoch", "batch_id"]
 _PARTS: dict[str, dict[str, str]] = {
     "fetch": {"worker_id": "worker_id", "pid": "worker_pid", "start_ns": "prep_start_ns",
               "dur_ns": "prep_dur_ns", "arg": "_fetch_flags"},
+    "exhausted": {"worker_id": "_exhausted_worker"},
     "dispatch": {"start_ns": "dispatch_ns", "arg": "dispatch_worker"},
-    "arrive": {"start_ns": "arrive_ns"},
+    "arrive": {"start_ns": "arrive_ns", "arg": "_arrive_flags"},
     "pin": {"start_ns": "pin_start_ns", "dur_ns": "pin_dur_ns"},
     "wait": {"start_ns": "wait_start_ns", "dur_ns": "wait_dur_ns", "arg": "_wait_flags"},
     "consumed": {"start_ns": "consumed_ns"},
@@ -56,15 +76,16 @@ _SUMS = {"collate": "collate_dur_ns", "put": "put_dur_ns"}
 
 BATCH_COLUMNS = [
     *KEY, "worker_id", "worker_pid", "dispatch_ns", "dispatch_worker", "prep_start_ns", "prep_dur_ns",
-    "prep_end_ns", "n_samples", "collate_dur_ns", "put_dur_ns", "failed", "arrive_ns", "pin_start_ns",
+    "prep_end_ns", "n_samples", "collate_dur_ns", "put_dur_ns", "failed", "status", "arrive_ns", "pin_start_ns",
     "pin_dur_ns", "wait_start_ns", "wait_dur_ns", "buffered", "consumed_ns", "step_dur_ns", "delay_ns",
     "queue_ns", "gpu_wait_ns", "gpu_step_ns",
 ]
+STATUSES = ["ok", "failed"]
+OUTCOME_COLUMNS = [*KEY, "worker_id", "pid", "outcome", "start_ns", "dur_ns"]
 
 
 def batches_from_events(events):
-    """Pure function: the events DataFrame -> the batches DataFrame (one row per batch)."""
-    import numpy as np
+    """Pure function: the events DataFrame -> the batches DataFrame (one row per batch; see the module doc)."""
     import pandas as pd
 
     name_cat = events["name"].array
@@ -106,9 +127,14 @@ def batches_from_events(events):
         if part is not None:
             frames.append(part.groupby(KEY).size().rename(f"_n_{name}").astype("Int64").to_frame())
     if not frames:
-        return pd.DataFrame({c: pd.Series(dtype="Int64") for c in BATCH_COLUMNS})
+        out = pd.DataFrame({c: pd.Series(dtype="Int64") for c in BATCH_COLUMNS})
+        out["failed"] = out["failed"].astype(bool)
+        out["status"] = pd.Categorical([], categories=STATUSES)
+        out.attrs.update(events.attrs)
+        out.attrs.update(exhausted=0, exhausted_by_worker={}, dispatched_without_batch=0)
+        return out
     df = frames[0].join(frames[1:], how="outer") if len(frames) > 1 else frames[0]
-    df = df.reset_index()
+    df = _only_batches(df.reset_index(), events.attrs.get("path", "trace"))
 
     def col(name):
         return df[name] if name in df else pd.Series(pd.NA, index=df.index, dtype="Int64")
@@ -127,6 +153,7 @@ def batches_from_events(events):
     out["put_dur_ns"] = col("put_dur_ns").astype("Int64")
     flags = col("_fetch_flags").astype("Int64")
     out["failed"] = (flags.fillna(0).clip(lower=0) & 1).astype(bool)  # -1: no flags (original logs)
+    out["status"] = pd.Categorical.from_codes(out["failed"].to_numpy().astype(np.int8), categories=STATUSES)
     for c in ("arrive_ns", "pin_start_ns", "pin_dur_ns", "wait_start_ns", "wait_dur_ns"):
         out[c] = col(c).astype("Int64")
     wflags = col("_wait_flags").astype("Int64")
@@ -143,7 +170,49 @@ def batches_from_events(events):
     out["worker_id"] = out["worker_id"].fillna(out["dispatch_worker"])
     out = out.sort_values(KEY, ignore_index=True)
     out.attrs.update(events.attrs)
+    out.attrs.update(df.attrs)
     return out[BATCH_COLUMNS]
+
+
+def _only_batches(df, where):
+    """Rows of the joined parts that are batches (see the module doc); the others counted in ``attrs``."""
+    import pandas as pd
+
+    def has(c):
+        return df[c].notna().to_numpy(dtype=bool, na_value=False) if c in df else np.zeros(len(df), bool)
+
+    fetched, consumed = has("_fetch_flags"), has("consumed_ns")
+    arrive = df["_arrive_flags"] if "_arrive_flags" in df else pd.Series(pd.NA, index=df.index, dtype="Int64")
+    flagged = ((arrive.fillna(0).clip(lower=0) & S.ARRIVE_EXHAUSTED) != 0).to_numpy(dtype=bool)
+    exhausted = has("_exhausted_worker") | flagged
+    row = fetched | consumed
+    odd = row & exhausted
+    if odd.any():
+        _log.warning("%s: %d batch key(s) both exhausted and fetched/consumed; kept as batches", where,
+                     int(odd.sum()))
+    gone = exhausted & ~row
+    ex = df[gone]
+    who = ex["_exhausted_worker"] if "_exhausted_worker" in ex else pd.Series(pd.NA, index=ex.index, dtype="Int64")
+    if "dispatch_worker" in ex:
+        who = who.fillna(ex["dispatch_worker"])
+    by_worker: dict[str, int] = {}
+    for r, w in zip(ex["rank"].tolist(), who.fillna(-1).astype("int64").tolist(), strict=True):
+        label = worker_label(r, w)
+        by_worker[label] = by_worker.get(label, 0) + 1
+    rest = ~row & ~exhausted
+    dispatched = rest & has("dispatch_ns")
+    if (rest & ~dispatched).any():
+        _log.info("%s: %d batch key(s) with events but neither a fetch nor a consumption (a process killed "
+                  "mid-batch?) are not batches", where, int((rest & ~dispatched).sum()))
+    kept = df[row].reset_index(drop=True)
+    kept.attrs = {"exhausted": int(gone.sum()), "exhausted_by_worker": dict(sorted(by_worker.items())),
+                  "dispatched_without_batch": int(dispatched.sum())}
+    return kept
+
+
+def worker_label(rank: int, worker: int) -> str:
+    """``r0/w1`` (a worker) or ``r0/main`` (the main process, num_workers=0)."""
+    return f"r{int(rank)}/{'main' if int(worker) < 0 else 'w' + str(int(worker))}"
 
 
 def load_batches(path: str | os.PathLike):
@@ -156,4 +225,64 @@ def consumed_only(batches):
     return batches[batches["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]
 
 
-__all__ = ["BATCH_COLUMNS", "KEY", "batches_from_events", "consumed_only", "load_batches"]
+def failed_mask(batches) -> np.ndarray:
+    """Boolean mask of the failed batches (all False for a frame without a ``failed`` column)."""
+    if "failed" not in batches:
+        return np.zeros(len(batches), bool)
+    return batches["failed"].to_numpy(dtype=bool, na_value=False)
+
+
+def ok_batches(batches):
+    """The batches whose fetch did not raise (``status == "ok"``): the ones timing statistics use."""
+    return batches[~failed_mask(batches)]
+
+
+def fetch_outcomes(events):
+    """Pure function: every fetch of ``events`` that did not make a batch, one row each, sorted by key.
+
+    Columns :data:`OUTCOME_COLUMNS`: the batch key, ``worker_id`` and ``pid`` of the process that
+    fetched (-1: main process), ``outcome`` (``"exhausted"``: the IterableDataset had no more data;
+    ``"failed"``: the fetch raised), ``start_ns`` and ``dur_ns`` of that fetch.
+    """
+    import pandas as pd
+
+    name_cat = events["name"].array
+    codes = np.asarray(name_cat.codes)
+    lookup = {str(c): i for i, c in enumerate(name_cat.categories)}
+    has_batch = events["batch_id"].to_numpy() >= 0
+    arg = events["arg"].to_numpy()
+    masks = {"exhausted": codes == lookup.get("exhausted", -2),
+             "failed": (codes == lookup.get("fetch", -2)) & (arg > 0) & ((arg & S.FETCH_ERROR) != 0)}
+    parts = []
+    for outcome, mask in masks.items():
+        mask = mask & has_batch
+        if mask.any():
+            part = events.loc[mask, [*KEY, "worker_id", "pid", "start_ns", "dur_ns"]]
+            parts.append(part.assign(outcome=outcome))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c == "outcome" else "int64") for c in OUTCOME_COLUMNS})
+    out = pd.concat(parts, ignore_index=True).sort_values([*KEY, "start_ns"], ignore_index=True)
+    out.attrs = {}
+    return out[OUTCOME_COLUMNS]
+
+
+def outcome_summary(batches) -> dict:
+    """What the rows and ``attrs`` of a batches DataFrame say about its fetches::
+
+        {"batches": rows, "ok": n, "failed": n, "failed_by_worker": {"r0/w1": n},
+         "exhausted": n, "exhausted_by_worker": {...}, "dispatched_without_batch": n}
+    """
+    failed = batches[failed_mask(batches)]
+    by_worker: dict[str, int] = {}
+    for r, w in zip(failed["rank"].tolist(), failed["worker_id"].fillna(-1).astype("int64").tolist(), strict=True):
+        label = worker_label(r, w)
+        by_worker[label] = by_worker.get(label, 0) + 1
+    a = batches.attrs
+    return {"batches": len(batches), "ok": len(batches) - len(failed), "failed": len(failed),
+            "failed_by_worker": dict(sorted(by_worker.items())), "exhausted": int(a.get("exhausted", 0)),
+            "exhausted_by_worker": dict(a.get("exhausted_by_worker", {})),
+            "dispatched_without_batch": int(a.get("dispatched_without_batch", 0))}
+
+
+__all__ = ["BATCH_COLUMNS", "KEY", "OUTCOME_COLUMNS", "STATUSES", "batches_from_events", "consumed_only",
+           "failed_mask", "fetch_outcomes", "load_batches", "ok_batches", "outcome_summary", "worker_label"]

@@ -17,6 +17,10 @@ batch_id   int64     batch index within its epoch, -1 if none
 sample     int64     dataset index of per-sample events, -1 if none/unknown
 arg        int64     event-specific value (worker id of a dispatch, flags of a wait...)
 ========== ========= ===========================================================================
+
+A worker fetch that found its IterableDataset exhausted is an ``exhausted`` event (cat ``marker``),
+never a ``fetch``: files of lotus <= 0.1 wrote it as a ``fetch`` with arg bit ``FETCH_STOP``, and the
+reader turns those into ``exhausted`` events (that bit cleared), so analyses see one representation.
 """
 
 from __future__ import annotations
@@ -130,6 +134,7 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int]) -> None:
     defines: dict[tuple[int, int], list[bytes]] = {}
     clean = False
     n_events = 0
+    n_legacy = 0
     role = header.get("role", "main")
     consts = {"pid": int(header.get("pid", -1)), "role": _ROLES.index(role) if role in _ROLES else 0,
               "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0))}
@@ -171,11 +176,17 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int]) -> None:
                     _log.warning("%s: event id %d is not defined in this file%s; kept as 'unknown:%d'",
                                  path, bad, "" if nm is None else f" ({nm.name})", bad)
                 code = lut[ids]
+            arg = arr["arg"]
+            legacy = (ids == S.EV_FETCH) & (arg > 0) & ((arg & S.FETCH_STOP) != 0)
+            if legacy.any():  # lotus <= 0.1: exhaustion was a flagged fetch; now its own event kind
+                code[legacy] = S.EV_EXHAUSTED
+                arg = np.where(legacy, arg & ~S.FETCH_STOP, arg)
+                n_legacy += int(legacy.sum())
             acc.add(len(arr), code=code, start_ns=arr["start_ns"] + shift, dur_ns=arr["dur_ns"],
-                    batch_id=arr["batch_id"], sample=arr["sample"], arg=arr["arg"], loader=arr["loader"],
+                    batch_id=arr["batch_id"], sample=arr["sample"], arg=arg, loader=arr["loader"],
                     epoch=arr["epoch"], **consts)
             n_events += len(arr)
-            del arr, ids, code
+            del arr, ids, code, arg
     loaders = {}
     for (ns, key), chunks in defines.items():
         if ns == S.NS_LOADER:
@@ -190,6 +201,9 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int]) -> None:
                       "events": n_events, "clean_close": clean, "loaders": loaders,
                       "world_size": header.get("world_size", 1),
                       "hostname": header.get("hostname"), "torch_version": header.get("torch_version")})
+    if n_legacy:
+        _log.info("%s: %d 'fetch' events flagged FETCH_STOP (written by lotus <= 0.1) read as 'exhausted'",
+                  path, n_legacy)
     if not clean:
         _log.info("%s: no end record (process killed or still running); %d events read", path, n_events)
 

@@ -59,7 +59,13 @@ MAX_NAME_ID = 32767
 WAIT_BUFFERED = 1  # the batch had already arrived (out of order) when the loop asked for it
 # arg bit flags of the `fetch` event
 FETCH_ERROR = 1  # the worker raised; the exception went to the main process
-FETCH_STOP = 2  # IterableDataset exhausted in this worker
+FETCH_STOP = 2  # IterableDataset exhausted (files of lotus <= 0.1; now an `exhausted` event)
+# arg of the `epoch_end` event: how the epoch ended
+EPOCH_EXHAUSTED = 0  # the iterator ran out (the whole epoch was consumed)
+EPOCH_ABANDONED = 1  # the iterator was dropped first (loop break, garbage-collected iterator, deleted loader)
+EPOCH_PROBE_END = 2  # `lotus run --steps N` ended the job after N consumed batches
+# arg bit flags of the `arrive` event
+ARRIVE_EXHAUSTED = 1  # what arrived was a worker's "exhausted" message, not a batch
 
 NO_ID = -1  # batch_id / sample / worker_id when not applicable
 
@@ -88,7 +94,8 @@ BUILTIN_EVENTS: tuple[EventKind, ...] = (
     EventKind(10, "collate", "batch", "collate_fn of batch_id; arg = number of samples"),
     EventKind(11, "put", "batch", "worker puts batch_id on the result queue"),
     EventKind(12, "epoch_start", "marker", "iterator (re)started: epoch begins (instant); arg = num_workers"),
-    EventKind(13, "epoch_end", "marker", "iterator exhausted (instant)"),
+    EventKind(13, "epoch_end", "marker",
+              "epoch ended (instant); arg = 0 iterator exhausted, 1 abandoned early, 2 probe end (--steps)"),
     EventKind(14, "worker_start", "marker", "worker process began (instant); arg = worker id"),
     EventKind(15, "worker_end", "marker", "worker loop returned (instant)"),
     EventKind(16, "gpu_wait", "gpu", "GPU time between the two CUDA events around the loop's wait for batch_id"),
@@ -99,6 +106,9 @@ BUILTIN_EVENTS: tuple[EventKind, ...] = (
     EventKind(21, "gpu_sm_clock", "gpu", "telemetry sample: arg = SM clock in MHz"),
     EventKind(22, "gpu_mem_clock", "gpu", "telemetry sample: arg = memory clock in MHz"),
     EventKind(23, "user_step", "main", "lotus.step() region: explicit training step boundaries"),
+    EventKind(24, "exhausted", "marker",
+              "a worker's fetch of batch_id found its IterableDataset exhausted: no batch was made "
+              "(dur = time spent finding out); never a batch row"),
 )
 
 EVENTS_BY_NAME: dict[str, EventKind] = {e.name: e for e in BUILTIN_EVENTS}
@@ -130,6 +140,7 @@ EV_GPU_ENERGY = 20
 EV_GPU_SM_CLOCK = 21
 EV_GPU_MEM_CLOCK = 22
 EV_USER_STEP = 23
+EV_EXHAUSTED = 24
 
 # Keys of the JSON header.
 HEADER_KEYS = {

@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 from lotus import __version__
@@ -24,6 +25,7 @@ from lotus.trace import schema as S
 
 _FLUSH_BYTES = 256 * 1024
 _FLUSH_INTERVAL_NS = 1_000_000_000
+_TIMER_PERIOD_S = 0.5  # the flusher thread writes whatever is buffered this often (records are <= ~0.5 s late)
 
 
 def _boot_id() -> str:
@@ -85,6 +87,8 @@ class TraceWriter:
             self._file.write(self._preamble(world_size, extra))
         except Exception as exc:
             self._fail(f"cannot create a trace file in {os.fspath(trace_dir)!r}: {exc}")
+        if self.ok:
+            _timer.add(self)
 
     # -- header -----------------------------------------------------------------------------
     def _preamble(self, world_size: int, extra: dict | None) -> bytes:
@@ -165,6 +169,8 @@ class TraceWriter:
             self.buf = bytearray()
             return
         with self._lock:
+            if self._file is None:  # closed meanwhile (the flusher thread lost a race with close())
+                return
             data = bytes(self.buf)
             del self.buf[: len(data)]  # records appended meanwhile by another thread survive
             self._last_flush_ns = time.monotonic_ns()
@@ -195,11 +201,63 @@ class TraceWriter:
             if self.ok:
                 self.buf += self.pack(S.CTRL_END, 0, 0, time.monotonic_ns(), 0, 0, 0, time.time_ns())
             self.flush()
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            with self._lock:
+                if self._file is not None:
+                    self._file.close()
+                    self._file = None
         except Exception as exc:
             self._fail(f"cannot close {self.path}: {exc}")
+
+
+# -- the flusher thread: nothing waits for exit ----------------------------------------------------
+class _FlushTimer:
+    """One daemon thread per process that writes every live writer's buffer every ``_TIMER_PERIOD_S``.
+
+    The hot path never takes a lock: appends (``buf += record``) and the flusher's ``bytes(buf)`` /
+    ``del buf[:n]`` are single in-place bytearray operations, atomic under the GIL, and a flush only
+    removes the prefix it wrote. So records reach the file within about a second even while the
+    training loop is blocked waiting for data or a worker is inside a long batch.
+    """
+
+    def __init__(self) -> None:
+        self._writers: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._pid = None
+        self._wake = threading.Event()
+
+    def add(self, writer: TraceWriter) -> None:
+        try:
+            with self._lock:
+                self._writers.add(writer)
+                if self._pid != os.getpid():
+                    self._pid = os.getpid()
+                    t = threading.Thread(target=self._run, name="lotus-trace-flusher", daemon=True)
+                    t.start()
+        except Exception as exc:  # e.g. no threads at interpreter shutdown: flushing on bounds still works
+            warn_once("flusher", f"lotus: no background trace flushing ({exc!r})")
+
+    def _run(self) -> None:
+        pid = os.getpid()
+        while not self._wake.wait(_TIMER_PERIOD_S):
+            if os.getpid() != pid:
+                return
+            with self._lock:
+                writers = list(self._writers)
+            for w in writers:
+                try:
+                    if w.buf and not w._closed:
+                        w.flush()
+                except Exception:  # the writer disables itself with a warning; never raise here
+                    pass
+
+    def after_fork(self) -> None:
+        # the thread did not survive the fork; the child starts its own with its first writer
+        self._lock = threading.Lock()
+        self._writers = weakref.WeakSet()
+        self._pid = None
+
+
+_timer = _FlushTimer()
 
 
 # -- process-wide main-process writer --------------------------------------------------------
@@ -231,6 +289,7 @@ def _after_fork() -> None:
     global _main_lock
     _main_writers.clear()
     _main_lock = threading.Lock()
+    _timer.after_fork()
 
 
 atexit.register(close_main_writers)

@@ -1,0 +1,12 @@
+"""Names shared across processes: environment variables lotus reads, marker files (no imports)."""
+
+TRACE_DIR = "LOTUS_TRACE_DIR"  # tracing on, files in this directory
+ITT = "LOTUS_ITT"  # "1": ITT tasks for VTune
+TELEMETRY = "LOTUS_GPU_TELEMETRY"  # "1": NVML sampling
+LAUNCH = "LOTUS_LAUNCH"  # "1": lotus run's start-up hook makes torch's DataLoader lotus's
+WORKERS = "LOTUS_WORKERS"  # lotus run --workers N: num_workers of every DataLoader
+STEPS = "LOTUS_STEPS"  # lotus run --steps N: end the job after N consumed batches of one loader
+
+# files
+STEPS_MARKER = "lotus-steps-reached"  # lotus-steps-reached-r<rank>-p<pid>.json: a job reached --steps
+RUN_FILE = "lotus-run.json"  # written by the launcher in the trace directory

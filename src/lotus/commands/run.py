@@ -1,0 +1,97 @@
+"""``lotus run [OPTIONS] -- COMMAND...``: run any training command traced by lotus, unchanged."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import click
+
+
+def _cpus(ctx, param, value):
+    if value is None:
+        return None
+    from lotus.launch.options import parse_cpus
+
+    try:
+        return parse_cpus(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--trace-dir", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the trace goes (default: lotus-runs/<script>-<time>/).")
+@click.option("--workers", type=click.IntRange(0), default=None,
+              help="Override num_workers of every DataLoader of the job.")
+@click.option("--steps", type=click.IntRange(1), default=None,
+              help="Probe: end the job cleanly (exit 0) after N batches of a loader were consumed.")
+@click.option("--cpus", callback=_cpus, default=None, metavar="LIST",
+              help="CPU affinity of the job and all its processes, e.g. 0-3,8 (no root needed).")
+@click.option("--itt", is_flag=True, help="Also emit ITT tasks for Intel VTune.")
+@click.option("--telemetry", is_flag=True, help="Also sample NVML GPU utilisation, clocks and power.")
+@click.option("--trace/--no-trace", default=True, show_default=True,
+              help="--no-trace: lotus's DataLoader is swapped in untraced (drop-in checks, --workers only).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
+              help="Stop the job after this long (exit code 124).")
+@click.option("--verdict/--no-verdict", default=True, show_default=True,
+              help="Print the verdict (as `lotus analyze verdict`) to stderr at the end.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(trace_dir, workers, steps, cpus, itt, telemetry, trace, timeout_s, verdict, command) -> None:
+    """Run COMMAND (a script, `python -m ...`, a console script, torchrun) with lotus's DataLoader.
+
+    Every torch.utils.data.DataLoader the command creates, in every process and torchrun rank, is
+    lotus's, so scripts, Lightning, Accelerate and HF Trainer loaders are traced without edits. The
+    command's exit code is lotus's exit code.
+
+    \b
+    lotus run -- python train.py --epochs 1
+    lotus run --workers 8 --steps 200 -- torchrun --nproc-per-node 2 train.py
+    """
+    from lotus.launch.options import LaunchOptions
+    from lotus.launch.runner import CommandNotFound, LaunchError, launch
+
+    if not command:
+        raise click.UsageError("no command given: lotus run [OPTIONS] -- COMMAND [ARGS]...")
+    if steps is not None and not trace:
+        raise click.UsageError("--steps needs tracing (drop --no-trace)")
+    options = LaunchOptions(trace_dir=trace_dir, trace=trace, workers=workers, steps=steps, cpus=cpus, itt=itt,
+                            telemetry=telemetry, timeout_s=timeout_s)
+    try:
+        probe = launch(list(command), options)
+    except CommandNotFound as exc:
+        click.echo(f"lotus: {exc}", err=True)
+        raise click.exceptions.Exit(127) from None
+    except LaunchError as exc:
+        raise click.UsageError(str(exc)) from None
+    _report(probe, verdict)
+    raise click.exceptions.Exit(probe.exit_code)
+
+
+def _report(probe, verdict: bool) -> None:
+    err = sys.stderr
+    how = {"grace": " (stopped: it did not exit after --steps)", "timeout": " (stopped: --timeout)",
+           "interrupt": " (interrupted)"}.get(probe.stopped or "", "")
+    click.echo(f"lotus run: exit code {probe.exit_code} after {probe.wall_s:.1f} s{how}", err=True)
+    if probe.trace_dir is None:
+        return
+    try:
+        s = probe.summary()
+    except Exception as exc:  # a damaged trace must not hide the job's exit code
+        click.echo(f"lotus run: the trace in {probe.trace_dir} could not be analysed ({exc})", err=True)
+        return
+    if not s.get("traced"):
+        note = "the command created no DataLoader (nothing traced)"
+        if probe.workers is not None:
+            note += "; --workers had no effect"
+        click.echo(f"lotus run: note: {note}", err=True)
+        return
+    rate = s.get("samples_per_s")
+    click.echo(f"lotus run: trace in {probe.trace_dir}: {s['batches']} batches"
+               + (f", {rate:,.1f} samples/s (steady state)" if rate else ""), err=True)
+    if verdict:
+        from lotus.commands.analyze import _print_verdict
+
+        with contextlib.redirect_stdout(err):
+            _print_verdict(s["name"], s["verdict"], per_rank=False)
