@@ -75,7 +75,8 @@ def variants(out: Path) -> dict[str, list[str] | None]:
         "none": [],
         "lotus": lotus,
         "torch.profiler": None,  # flag of the child
-        "py-spy": [pyspy, "record", "-r", "100", "-o", str(out / "pyspy.svg"), "--"] if os.path.exists(pyspy) else False,
+        "py-spy": [pyspy, "record", "-r", "100", "-o", str(out / "pyspy.svg"), "--"]
+        if os.path.exists(pyspy) else False,
         "viztracer": [viz, "--quiet", "--output_file", str(out / "viztracer.json")] if os.path.exists(viz) else False,
         "scalene": [py, "-m", "scalene", "run", "--cpu-only", "-o", str(out / "scalene.json")]
         if _has("scalene") else False,
@@ -162,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n:16s} {statistics.median(times[n]):8.3f} {med - 1:+10.1%}  "
               f"{min(ratios[n]) - 1:+.1%} .. {max(ratios[n]) - 1:+.1%}")
     if args.json:
-        args.json.write_text(json.dumps({"batches": args.batches, "rounds": args.rounds, "python": sys.version.split()[0],
-                                         "variants": rows}, indent=2))
+        args.json.write_text(json.dumps({"batches": args.batches, "rounds": args.rounds,
+                                         "python": sys.version.split()[0], "variants": rows}, indent=2))
     return 0
 
 

@@ -22,6 +22,6 @@ def reference_dir() -> Path:
 def _no_trace_env(monkeypatch):
     # Tests decide themselves whether tracing is on.
     for name in ("LOTUS_TRACE_DIR", "LOTUS_ITT", "LOTUS_GPU_TELEMETRY", "LOTUS_WORKERS", "LOTUS_STEPS",
-                 "LOTUS_LAUNCH"):
+                 "LOTUS_LAUNCH", "LOTUS_REPLAY", "LOTUS_DATASET_FILES"):
         monkeypatch.delenv(name, raising=False)
     os.environ.setdefault("MPLBACKEND", "Agg")

@@ -19,6 +19,10 @@ from lotus import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("lotus.commands.demo:demo", "Generate a JPEG dataset, train a small model traced by lotus, summarise."),
     "run": ("lotus.commands.run:run", "Run any training command traced by lotus, without editing it."),
+    "stalls": ("lotus.commands.stalls:stalls", "Split a step into compute, prep stall and fetch stall (probes)."),
+    "sensitivity": ("lotus.commands.sensitivity:sensitivity",
+                    "Throughput over CPUs x page cache, and the job's CPU/memory demand (probes + model)."),
+    "submit": ("lotus.commands.submit:submit", "Run many apps from a CSV, side by side or in turn, local or Slurm."),
     "info": ("lotus.commands.info:info", "List the trace files of a run directory and what they hold."),
     "analyze": ("lotus.commands.analyze:analyze", "Statistics, wait/delay, verdicts and GPU idle of traced runs."),
     "viz": ("lotus.commands.viz:viz", "Write a Chrome/Perfetto trace (JSON) of a traced run."),
@@ -29,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "map": ("lotus.commands.map:map_group", "LotusMap: map Python ops to the native functions they run."),
     "hw": ("lotus.commands.hw:hw", "Attribute hardware metrics (VTune/uProf) to Python ops."),
     "top": ("lotus.commands.top:top", "Live view of a running job from the trace files it is writing."),
+    "whatif": ("lotus.commands.whatif:whatif", "Predict samples/s for other workers, CPUs and cache sizes."),
+    "power": ("lotus.commands.power:power", "GPU power and energy: bench, predict, plan under a power cap."),
 }
 
 

@@ -47,6 +47,10 @@ def build_report(configs, *, remove_outliers: bool = False, data_dir: str | None
             "wait": wait_stats(c.batches),
             "outcomes": outcome_summary(c.batches),
         }
+    if data_dir is not None:
+        from lotus.analysis.profiles import find_profiles
+
+        out.update(find_profiles(data_dir))
     return out
 
 
@@ -130,6 +134,39 @@ def _config_section(name: str, c: dict) -> str:
     return "\n".join(parts)
 
 
+def _stalls_section(d: dict) -> str:
+    rows = [[k.replace("_", " "), _fmt(d.get(f"{k}_ms")), _pct(d.get(f"{k}_share"))]
+            for k in ("compute", "prep_stall", "fetch_stall")]
+    rates = (f"samples/s: ingestion {_fmt(d.get('ingestion_samples_per_s'))}, warm cache "
+             f"{_fmt(d.get('prep_samples_per_s'))}, cold cache {_fmt(d.get('fetch_samples_per_s'))}")
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in d.get("notes") or [])
+    return ("<h2>Data stalls (lotus stalls)</h2>" + f'<p>{html.escape(rates)}</p>'
+            + _table([f"per iteration of {d.get('batch_size')} samples", "ms", "share"], rows)
+            + (f'<ul class="muted">{notes}</ul>' if notes else ""))
+
+
+def _sensitivity_section(d: dict) -> str:
+    rows = sorted(d.get("matrix") or [], key=lambda r: (r["cache_gb"], r["cpus"]))
+    table = _table(["page cache (GB)", "CPUs", "samples/s", "measured", "bottleneck"],
+                   [[_fmt(r["cache_gb"]), str(r["cpus"]), _fmt(r["samples_per_s"]), "yes" if r["measured"] else "",
+                     html.escape(str(r.get("bottleneck") or ""))] for r in rows])
+    dem = d.get("demand")
+    head = ""
+    if dem:
+        head = (f"<p>Demand: <b>{dem['cpus']} CPUs</b> and <b>{_fmt(dem['cache_gb'])} GB</b> of page cache reach "
+                f"{_fmt(dem['samples_per_s'])} samples/s ({_pct(d.get('target'))} of the best, "
+                f"{'measured' if dem.get('measured') else 'predicted'}).</p>")
+    img = ""
+    try:
+        from lotus.analysis.profiles import sensitivity_frame, sensitivity_heatmap
+
+        png = figure_png(sensitivity_heatmap(sensitivity_frame(d.get("matrix") or []), demand=dem))
+        img = f'<figure><img alt="sensitivity" src="data:image/png;base64,{base64.b64encode(png).decode()}"></figure>'
+    except Exception:  # a figure must never cost the report
+        img = ""
+    return "<h2>CPU and memory sensitivity (lotus sensitivity)</h2>" + head + img + table
+
+
 def render_html(report: dict, figures: list[tuple[str, bytes]] = (), *, title: str = "lotus report") -> str:
     """The HTML page; ``figures``: (caption, PNG bytes) pairs, embedded as data URIs."""
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
@@ -139,6 +176,10 @@ def render_html(report: dict, figures: list[tuple[str, bytes]] = (), *, title: s
              "<h2>Summary</h2>", _headline(report)]
     for name, c in report["configs"].items():
         parts.append(_config_section(name, c))
+    if report.get("stalls"):
+        parts.append(_stalls_section(report["stalls"]))
+    if report.get("sensitivity"):
+        parts.append(_sensitivity_section(report["sensitivity"]))
     if figures:
         parts.append("<h2>Figures</h2>")
         for caption, png in figures:

@@ -6,7 +6,8 @@ reads). Epochs add up (samples and time); ranks run side by side, so their rates
 is the loader that handed out the most batches per rank (the training loader when a script also
 validates). Failed batches and exhausted fetches are not batches (``ok_batches``).
 
-``summarize_run(path)`` is what a launcher probe reports: this, plus the verdict's wait share.
+``summarize_run(path)`` is what a launcher probe reports: this, plus the verdict's wait share; for a
+replay probe (``LOTUS_REPLAY``) only the replayed batches count (the loop's ingestion rate).
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ def _batch_size(loaders: dict, rank: int, loader: int):
     return int(bs) if isinstance(bs, int) and bs > 0 else None
 
 
-def loader_throughput(batches, loaders: dict | None = None):
-    """One row per (rank, loader): batches, samples, steady_samples, steady_s, samples_per_s."""
+def loader_throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False):
+    """One row per (rank, loader): batches, samples, steady_samples, steady_s, samples_per_s.
+
+    ``replayed_only``: only batches that lotus replayed (``LOTUS_REPLAY``: consumed, never prepared),
+    i.e. the loop's ingestion rate without loading."""
     import pandas as pd
 
     from lotus.trace.batches import ok_batches
@@ -34,6 +38,8 @@ def loader_throughput(batches, loaders: dict | None = None):
     cols = ["rank", "loader", "batches", "samples", "steady_samples", "steady_s", "samples_per_s"]
     b = ok_batches(batches)
     b = b[b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]
+    if replayed_only:
+        b = b[b["prep_dur_ns"].isna().to_numpy(dtype=bool, na_value=True)]
     if b.empty:
         return pd.DataFrame(columns=cols)
     rows = []
@@ -56,9 +62,9 @@ def loader_throughput(batches, loaders: dict | None = None):
     return pd.DataFrame(rows, columns=cols)
 
 
-def throughput(batches, loaders: dict | None = None) -> dict:
+def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
     """Samples/s of the main loader (summed over ranks), and the per-loader table as records."""
-    per = loader_throughput(batches, loaders)
+    per = loader_throughput(batches, loaders, replayed_only=replayed_only)
     if per.empty:
         return {"samples_per_s": None, "batches": 0, "samples": 0, "loader": None, "loaders": []}
     by_loader = per.groupby("loader")["batches"].sum()
@@ -81,6 +87,7 @@ def summarize_run(path: str | os.PathLike) -> dict:
     except InputError as exc:
         return {"traced": False, "reason": str(exc)}
     v = verdict(cfg.events, cfg.batches, loaders=cfg.loaders)
-    t = throughput(cfg.batches, cfg.loaders)
+    replayed = any(isinstance(d, dict) and d.get("replay_batches") for d in cfg.loaders.values())
+    t = throughput(cfg.batches, cfg.loaders, replayed_only=replayed)
     return {"traced": True, **t, "wait_share": v["wait_share"], "steady_wait_share": v["steady_wait_share"],
             "class": v["class"], "verdict": v, "name": cfg.name}

@@ -87,7 +87,7 @@ def _timed(rec: Recorder, compose, inputs: tuple, v2: bool):
     unpack = len(inputs) > 1
     out = inputs[0] if inputs else None
     try:
-        for op, nid in zip(ops, e[2], strict=False):  # same length by construction
+        for op, nid in zip(ops, e[2]):  # noqa: B905 - same length by construction; strict= costs 0.2 us
             n0 = rec.nrec
             if v2:
                 out = op(*inputs)
@@ -119,7 +119,7 @@ def _timed_itt(rec: Recorder, ops, e: tuple, inputs: tuple, v2: bool):
     unpack = len(inputs) > 1
     out = inputs[0] if inputs else None
     try:
-        for op, nid, h in zip(ops, ids, handles, strict=False):
+        for op, nid, h in zip(ops, ids, handles):  # noqa: B905 - same length by construction
             n0 = rec.nrec
             itt.begin(h)
             try:

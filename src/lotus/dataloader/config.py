@@ -13,6 +13,8 @@ ITT_ENV = _env.ITT
 TELEMETRY_ENV = _env.TELEMETRY
 WORKERS_ENV = _env.WORKERS
 STEPS_ENV = _env.STEPS
+REPLAY_ENV = _env.REPLAY
+DATASET_FILES_ENV = _env.DATASET_FILES
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -56,6 +58,11 @@ def steps_limit() -> int | None:
     """Consumed batches after which ``lotus run --steps`` ends the job (None: no limit)."""
     n = _env_int(STEPS_ENV)
     return n if n else None
+
+
+def replay_batches() -> int:
+    """Batches to prepare and then replay (``lotus stalls`` ingestion probe); 0: off."""
+    return _env_int(REPLAY_ENV) or 0
 
 
 def distributed_rank() -> tuple[int, int]:

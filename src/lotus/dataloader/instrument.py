@@ -162,7 +162,34 @@ class SampleProxy:
             self.__getitems__ = self._per_item if _uses_plain_getitems(cls) else ds.__getitems__
 
     def __getitem__(self, idx):
-        return _timed_item(self._rec, self._ds.__getitem__, idx, _index_of(idx))
+        rec = self._rec
+        if rec.itt is not None or not rec.on:
+            return _timed_item(rec, self._ds.__getitem__, idx, _index_of(idx))
+        # _timed_item inlined (the per-sample hot path of num_workers=0)
+        sample = idx if type(idx) is int else _index_of(idx)
+        rec.sample = sample
+        rec.tf_start = 0
+        rec.in_sample = True
+        t0 = mono()
+        try:
+            item = self._ds[idx]
+        finally:
+            rec.in_sample = False
+        t1 = mono()
+        tf0 = rec.tf_start
+        lo, ep, b = rec.loader, rec.epoch, rec.batch
+        try:
+            if tf0:
+                rec.w.buf += _PACK3(S.EV_LOAD, lo, ep, t0, tf0 - t0, b, sample, 0,
+                                    S.EV_TRANSFORM, lo, ep, tf0, rec.tf_end - tf0, b, sample, 0,
+                                    S.EV_SAMPLE, lo, ep, t0, t1 - t0, b, sample, 0)
+            else:
+                rec.w.buf += _PACK2(S.EV_LOAD, lo, ep, t0, t1 - t0, b, sample, 0,
+                                    S.EV_SAMPLE, lo, ep, t0, t1 - t0, b, sample, 0)
+            rec.sample = S.NO_ID
+        except Exception as exc:
+            rec.fail("sample", exc)
+        return item
 
     def _per_item(self, indices):
         return [self[i] for i in indices]

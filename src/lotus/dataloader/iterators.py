@@ -32,6 +32,7 @@ class NullTrace:
     on = False
     epoch = 0
     stop_after = None
+    replay_batches = 0
 
     def record(self, *args) -> None:
         pass
@@ -56,6 +57,15 @@ class _MainSide:
         self._lotus_patched = False  # this iterator holds a patch_classes() of lotus.dataloader.compose
         self._lotus_last = None  # (batch, buffered, pin_start, pin_end) of the batch being returned
         self._lotus_cuda = self._lt.cuda_probe() if self._lt.on else None
+        self._lotus_replay = None
+        if self._lt.on and self._lt.replay_batches:
+            from lotus.dataloader.replay import Replay
+
+            try:
+                epoch_len = len(loader)
+            except TypeError:
+                epoch_len = None
+            self._lotus_replay = Replay(self._lt.replay_batches, epoch_len)
 
     def _lotus_epoch_start(self) -> None:
         lt = self._lt
@@ -76,6 +86,12 @@ class _MainSide:
             lt.record(S.EV_EPOCH_END, mono(), 0, S.NO_ID, S.NO_ID, how)
             if self._lotus_cuda is not None:
                 self._lotus_cuda.finish()
+            replay = self._lotus_replay
+            if replay is not None and replay.served and how == S.EPOCH_EXHAUSTED:
+                replay.served = 0  # the next epoch (persistent workers) prepares and replays anew
+                replay.cache.clear()
+                if not getattr(self, "_persistent_workers", False):
+                    compat.shutdown_workers(self)  # the workers' prefetched batches were never needed
         lt.flush()
 
     def __del__(self):
@@ -115,7 +131,15 @@ class _MainSide:
             lt.fail("request", exc)
         self._lotus_last = None
         try:
-            data = super().__next__()
+            replay = self._lotus_replay
+            if replay is not None and replay.ready:
+                data, batch = replay.next()
+                self._num_yielded += 1
+                self._lotus_last = (batch, True, 0, 0)
+            else:
+                data = super().__next__()
+                if replay is not None:
+                    replay.keep(data, getattr(self, "_send_idx", self._num_yielded))
         except StopIteration:
             try:
                 self._lotus_epoch_end(S.EPOCH_EXHAUSTED)

@@ -16,9 +16,12 @@ import torch.utils.data
 
 from lotus._warn import warn_once
 from lotus.dataloader.config import (
+    DATASET_FILES_ENV,
     WorkerTraceConfig,
     distributed_rank,
+    env_flag,
     next_loader_id,
+    replay_batches,
     resolve_itt,
     resolve_telemetry,
     resolve_trace_dir,
@@ -61,6 +64,7 @@ def _describe(loader: _TorchDataLoader, name: str | None) -> dict:
         "pid": os.getpid(),
         "num_workers_requested": getattr(loader, "_lotus_requested_workers", None),
         "cpus_available": _cpus_available(),
+        "replay_batches": replay_batches() or None,
     }
 
 
@@ -79,6 +83,7 @@ class LoaderTrace:
         self.rank, self.world_size = distributed_rank()
         self.telemetry = telemetry
         self.stop_after = steps_limit()  # lotus run --steps: batches this loader hands out before the job ends
+        self.replay_batches = replay_batches()  # lotus stalls' ingestion probe (lotus.dataloader.replay)
         self.consumed = 0
         self.last_batch = -1
         self._probe = None
@@ -93,6 +98,13 @@ class LoaderTrace:
         self._rec: Recorder | None = None
         if self.on:
             self.w.define_loader(self.loader_id, _describe(loader, name))
+            if env_flag(DATASET_FILES_ENV):
+                try:
+                    from lotus.dataloader.datafiles import write_file_list
+
+                    write_file_list(loader.dataset, trace_dir, self.rank, self.loader_id)
+                except Exception as exc:
+                    warn_once("dataset-files", f"lotus: cannot list the dataset's files ({exc!r})")
 
     # hot enough: a few events per batch
     def record(self, name_id: int, start_ns: int, dur_ns: int, batch: int, sample: int, arg: int) -> None:

@@ -31,6 +31,8 @@ class LaunchOptions:
     capture: bool = False  # write the job's stdout/stderr to files in the trace dir instead of passing them on
     grace_s: float = 30.0  # after --steps is reached: how long the job may take to exit before it is stopped
     timeout_s: float | None = None  # stop the job after this many seconds (exit code 124)
+    replay: int | None = None  # prepare this many batches, then replay them (ingestion-limit probe)
+    list_dataset_files: bool = False  # loaders write their dataset's file list into the trace dir
 
 
 def parse_cpus(text: str) -> list[int]:
@@ -110,7 +112,8 @@ def job_env(options: LaunchOptions, trace_dir: Path | None, base: dict[str, str]
     old = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = boot_dir() + (os.pathsep + old if old else "")
     env[_env.LAUNCH] = "1"
-    for name in (_env.TRACE_DIR, _env.WORKERS, _env.STEPS, _env.ITT, _env.TELEMETRY):
+    for name in (_env.TRACE_DIR, _env.WORKERS, _env.STEPS, _env.ITT, _env.TELEMETRY, _env.REPLAY,
+                 _env.DATASET_FILES):
         env.pop(name, None)
     if options.trace and trace_dir is not None:
         env[_env.TRACE_DIR] = str(Path(trace_dir).resolve())
@@ -118,6 +121,10 @@ def job_env(options: LaunchOptions, trace_dir: Path | None, base: dict[str, str]
         env[_env.WORKERS] = str(int(options.workers))
     if options.steps is not None:
         env[_env.STEPS] = str(int(options.steps))
+    if options.replay:
+        env[_env.REPLAY] = str(int(options.replay))
+    if options.list_dataset_files:
+        env[_env.DATASET_FILES] = "1"
     if options.itt:
         env[_env.ITT] = "1"
     if options.telemetry:

@@ -1,9 +1,10 @@
 """Synthetic traces of a simulated input pipeline, in lotus's format and the original LotusTrace format.
 
-For benchmarks and tests: a small discrete-event model of torch's DataLoader (workers picked round
-robin, ``prefetch_factor`` batches in flight per worker, in-order delivery, a training step of fixed
-mean length) produces every event lotus records, with per-sample load/op times drawn from log-normal
-distributions around the means of the original study (ImageNet, ResNet-18, b128)::
+For benchmarks and tests: the discrete-event model of torch's DataLoader of :mod:`lotus.model.sim`
+(workers picked round robin, ``prefetch_factor`` batches in flight per worker, in-order delivery, a
+training step of fixed mean length, optionally a CPU limit) produces every event lotus records, with
+per-sample load/op times drawn from log-normal distributions around the means of the original study
+(ImageNet, ResNet-18, b128)::
 
     from lotus.trace.synthetic import PipelineSpec, write_native, write_original
     spec = PipelineSpec(n_batches=50, n_workers=4, batch_size=32)
@@ -29,6 +30,7 @@ _NATIVE_PER_SAMPLE_FIXED = 3  # sample, load, transform
 _NATIVE_PER_BATCH = 8  # fetch, collate, put; dispatch, wait, consumed, arrive, step
 _ORIGINAL_PER_SAMPLE_FIXED = 2  # SLoader, STransform
 _ORIGINAL_PER_BATCH = 4  # SCollation, SBatchPreprocessed; SBatchWait, SBatchConsumed
+_GAP_NS = 2_000  # between consecutive samples / parts of a batch
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,10 @@ class PipelineSpec:
     first_pid: int = 1000
     straggler_every: int = 0  # every n-th batch (n > 0) is a straggler...
     straggler_factor: float = 5.0  # ...whose samples take this many times longer
+    cpus: int | None = None  # CPUs of the simulated job (None: no CPU limit; recorded as cpus_available)
+    main_cpu_cores: float = 1.0  # CPU the main process uses (lotus.model.sim.cpu_stretch)
+    contention: float = 0.0  # slowdown per extra worker running at once (lotus.model.sim.cpu_stretch)
+    cpu_fraction: float = 1.0  # share of worker time that needs a CPU (lotus.model.sim.cpu_stretch)
 
     def native_events(self) -> int:
         per_batch = self.batch_size * (_NATIVE_PER_SAMPLE_FIXED + len(self.ops_ms)) + _NATIVE_PER_BATCH
@@ -109,82 +115,77 @@ def _draw(rng: np.random.Generator, mean_ms: float, shape, sigma: float) -> np.n
     return np.maximum(rng.lognormal(mu, sigma, size=shape), 1).astype(np.int64)
 
 
+def _worker_parts(rng, spec: PipelineSpec, nb: int):
+    """Per-sample load/op draws and per-batch collate/put of one epoch (uncontended durations, ns)."""
+    bs, n_ops = spec.batch_size, len(spec.ops_ms)
+    load = _draw(rng, spec.load_ms, (nb, bs), spec.jitter)
+    ops = np.stack([_draw(rng, ms, (nb, bs), spec.jitter) for ms in spec.ops_ms.values()], axis=2) \
+        if n_ops else np.zeros((nb, bs, 0), np.int64)
+    if spec.straggler_every > 0:
+        slow = np.arange(nb) % spec.straggler_every == spec.straggler_every - 1
+        load[slow] = (load[slow] * spec.straggler_factor).astype(np.int64)
+        ops[slow] = (ops[slow] * spec.straggler_factor).astype(np.int64)
+    collate = _draw(rng, spec.collate_ms_per_sample * bs, nb, spec.jitter)
+    put = _draw(rng, 0.05, nb, spec.jitter)
+    return load, ops, collate, put
+
+
+def _layout(load, ops, collate, put):
+    """Sample durations, their offsets in the batch and the batch preprocessing time (ns)."""
+    n_ops = ops.shape[2]
+    sample_dur = load + ops.sum(axis=2) + _GAP_NS * (n_ops + 1)
+    offsets = np.zeros(load.shape, np.int64)
+    offsets[:, 1:] = np.cumsum(sample_dur[:, :-1] + _GAP_NS, axis=1)
+    prep_dur = offsets[:, -1] + sample_dur[:, -1] + _GAP_NS + collate + _GAP_NS + put
+    return sample_dur, offsets, prep_dur
+
+
 def simulate(spec: PipelineSpec) -> list[SimEpoch]:
-    """Run the DataLoader model; one :class:`SimEpoch` per (rank, epoch)."""
+    """Run the DataLoader model (:mod:`lotus.model.sim`); one :class:`SimEpoch` per (rank, epoch).
+
+    With ``spec.cpus`` set, worker durations are stretched by the CPU model of :mod:`lotus.model.sim`
+    (``main_cpu_cores``, ``contention``, ``cpu_fraction``) at its fixed point; ``cpus=None`` leaves them as drawn.
+    """
+    from lotus.model.sim import CpuModel, run_loader, run_with_cpus
+
     rng = np.random.default_rng(spec.seed)
     out = []
     pid = spec.first_pid
-    bs, nb, nw = spec.batch_size, spec.n_batches, max(spec.n_workers, 1)
-    n_ops = len(spec.ops_ms)
-    gap = 2_000  # ns between consecutive samples / parts
+    nb, nw = spec.n_batches, max(spec.n_workers, 1)
     for rank in range(spec.ranks):
         main_pid = pid
         pid += 1
         t = spec.start_wall_ns + rank * 137_000  # ranks start nearly together
         for epoch in range(spec.epochs):
-            load = _draw(rng, spec.load_ms, (nb, bs), spec.jitter)
-            ops = np.stack([_draw(rng, ms, (nb, bs), spec.jitter) for ms in spec.ops_ms.values()], axis=2) \
-                if n_ops else np.zeros((nb, bs, 0), np.int64)
-            if spec.straggler_every > 0:
-                slow = np.arange(nb) % spec.straggler_every == spec.straggler_every - 1
-                load[slow] = (load[slow] * spec.straggler_factor).astype(np.int64)
-                ops[slow] = (ops[slow] * spec.straggler_factor).astype(np.int64)
-            sample_dur = load + ops.sum(axis=2) + gap * (n_ops + 1)
-            offsets = np.zeros((nb, bs), np.int64)
-            offsets[:, 1:] = np.cumsum(sample_dur[:, :-1] + gap, axis=1)
-            collate = _draw(rng, spec.collate_ms_per_sample * bs, nb, spec.jitter)
-            put = _draw(rng, 0.05, nb, spec.jitter)
+            load, ops, collate, put = _worker_parts(rng, spec, nb)
+            sample_dur, offsets, prep_dur = _layout(load, ops, collate, put)
             step = _draw(rng, spec.step_ms, nb, spec.jitter / 2)
             disp_dur = _draw(rng, 0.03, nb, spec.jitter)
-            prep_dur = offsets[:, -1] + sample_dur[:, -1] + gap + collate + gap + put
             worker_pids = list(range(pid, pid + nw))
             pid += nw
             epoch_start = t
             worker_start = epoch_start + 20_000_000 + np.arange(nw) * 1_500_000  # process start-up
-            free = worker_start.astype(np.int64).copy()
-            inflight = spec.prefetch_factor * nw
-            dispatch = np.zeros(nb, np.int64)
-            cursor = epoch_start + 50_000
-            for i in range(min(nb, inflight)):
-                dispatch[i] = cursor
-                cursor += int(disp_dur[i]) + 1_000
-            prep_start = np.zeros(nb, np.int64)
-            arrive = np.zeros(nb, np.int64)
-            wait_start = np.zeros(nb, np.int64)
-            wait_dur = np.zeros(nb, np.int64)
-            buffered = np.zeros(nb, bool)
-            consumed = np.zeros(nb, np.int64)
-            worker_of = np.arange(nb) % nw
-            t_main = cursor + 10_000
-            for i in range(nb):
-                w = worker_of[i]
-                prep_start[i] = max(dispatch[i] + 40_000, free[w])
-                end = prep_start[i] + prep_dur[i]
-                free[w] = end + 5_000
-                arrive[i] = end + 60_000
-                wait_start[i] = t_main
-                if arrive[i] <= t_main:
-                    buffered[i] = i > 0 and arrive[i] <= consumed[i - 1]
-                    wait_dur[i] = 1_000 + (i * 7919) % 20_000
-                else:
-                    wait_dur[i] = arrive[i] - t_main + 30_000
-                nxt = i + inflight
-                if nxt < nb:  # the next index is dispatched inside this wait, as torch does
-                    wait_dur[i] = max(wait_dur[i], int(disp_dur[nxt]) + 5_000)
-                consumed[i] = wait_start[i] + wait_dur[i]
-                if nxt < nb:
-                    dispatch[nxt] = consumed[i] - int(disp_dur[nxt]) - 2_000
-                t_main = consumed[i] + step[i]
-            epoch_end = t_main + 20_000
-            worker_end = np.maximum(free, epoch_end - 1_000_000)
+            loop = {"n_workers": nw, "prefetch_factor": spec.prefetch_factor, "dispatch_dur_ns": disp_dur,
+                    "ready_wait_ns": 1_000 + (np.arange(nb) * 7919) % 20_000,
+                    "late_wait_ns": np.full(nb, 30_000), "t0_ns": epoch_start + 50_000,
+                    "worker_start_ns": worker_start}
+            if spec.cpus is not None:
+                cpu = CpuModel(spec.main_cpu_cores, spec.contention, spec.cpu_fraction)
+                _, s = run_with_cpus(prep_dur, step, cpus=spec.cpus, cpu=cpu, **loop)
+                load, ops, collate, put = (np.rint(a * s).astype(np.int64) for a in (load, ops, collate, put))
+                sample_dur, offsets, prep_dur = _layout(load, ops, collate, put)
+            sim = run_loader(prep_dur, step, **loop)
+            epoch_end = sim.loop_end_ns + 20_000
+            worker_end = np.maximum(sim.worker_free_ns, epoch_end - 1_000_000)
+            prep_start = sim.prep_start_ns
             out.append(SimEpoch(
-                rank=rank, epoch=epoch, worker_of=worker_of, worker_pids=worker_pids, main_pid=main_pid,
-                epoch_start_ns=int(epoch_start), epoch_end_ns=int(epoch_end), dispatch_ns=dispatch,
+                rank=rank, epoch=epoch, worker_of=sim.worker_of, worker_pids=worker_pids, main_pid=main_pid,
+                epoch_start_ns=int(epoch_start), epoch_end_ns=int(epoch_end), dispatch_ns=sim.dispatch_ns,
                 dispatch_dur_ns=disp_dur, prep_start_ns=prep_start, prep_dur_ns=prep_dur,
-                collate_start_ns=prep_start + offsets[:, -1] + sample_dur[:, -1] + gap, collate_dur_ns=collate,
-                put_dur_ns=put, arrive_ns=arrive, wait_start_ns=wait_start, wait_dur_ns=wait_dur,
-                buffered=buffered, consumed_ns=consumed, step_dur_ns=step,
-                sample_start_ns=prep_start[:, None] + gap + offsets, load_dur_ns=load, op_dur_ns=ops,
+                collate_start_ns=prep_start + offsets[:, -1] + sample_dur[:, -1] + _GAP_NS, collate_dur_ns=collate,
+                put_dur_ns=put, arrive_ns=sim.arrive_ns, wait_start_ns=sim.wait_start_ns,
+                wait_dur_ns=sim.wait_dur_ns, buffered=sim.buffered, consumed_ns=sim.consumed_ns, step_dur_ns=step,
+                sample_start_ns=prep_start[:, None] + _GAP_NS + offsets, load_dur_ns=load, op_dur_ns=ops,
                 worker_start_ns=worker_start, worker_end_ns=worker_end,
             ))
             t = epoch_end + 200_000_000
@@ -320,6 +321,8 @@ def write_native(directory: str | os.PathLike, spec: PipelineSpec | None = None)
                    "batch_size": spec.batch_size, "num_workers": spec.n_workers,
                    "prefetch_factor": spec.prefetch_factor, "pin_memory": False, "persistent_workers": False,
                    "in_order": True, "drop_last": False, "sampler": "SequentialSampler"}
+    if spec.cpus is not None:
+        description["cpus_available"] = spec.cpus
     op_defs = b"".join(_define(S.NS_EVENT_NAME, S.FIRST_DYNAMIC_ID + k, name) for k, name in enumerate(spec.ops_ms))
     for rank in range(spec.ranks):
         eps = [ep for ep in epochs if ep.rank == rank]

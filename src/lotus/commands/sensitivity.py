@@ -1,0 +1,121 @@
+"""``lotus sensitivity -- COMMAND...``: throughput over CPUs x page cache, and the job's demand vector."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+def _int_list(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected comma-separated integers") from None
+
+
+def _float_list(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return [float(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected comma-separated numbers") from None
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--steps", type=click.IntRange(5), default=40, show_default=True, help="Batches per probe.")
+@click.option("--cpus-grid", callback=_int_list, default=None, metavar="LIST",
+              help="CPU counts (default 1, 2, 4... up to the CPUs this process may use).")
+@click.option("--cache-gb", callback=_float_list, default=None, metavar="LIST",
+              help="Page-cache sizes in GB (default 0, 25, 50, 75, 100% of the dataset).")
+@click.option("--target", type=click.FloatRange(0.1, 1.0), default=0.95, show_default=True,
+              help="Demand = the fewest CPUs and GB reaching this share of the best throughput.")
+@click.option("--max-probes", type=click.IntRange(1), default=6, show_default=True)
+@click.option("--max-minutes", type=click.FloatRange(0, min_open=True), default=30.0, show_default=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
+              help="Stop a probe after this long.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Probes' traces and results (default lotus-runs/sensitivity-<script>-<time>/); rerun into the "
+                   "same directory to resume.")
+@click.option("--fig", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Heatmap (PNG/SVG/PDF).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def sensitivity(steps, cpus_grid, cache_gb, target, max_probes, max_minutes, timeout_s, out, fig, as_json,
+                command) -> None:
+    """Throughput of COMMAND over CPU counts x page-cache sizes: a few probes measured, the rest predicted.
+
+    Prints the matrix (measured points marked) and the job's demand vector: the fewest CPUs and GB of
+    page cache that reach --target of the best throughput. No root, no containers: CPU affinity,
+    num_workers scaled with the CPUs, and the dataset's files evicted or kept in the page cache.
+    """
+    from lotus.launch.options import default_trace_dir, script_name
+    from lotus.launch.runner import CommandNotFound, LaunchError, resolve_command
+    from lotus.profile.sensitivity import sensitivity as run_profile
+
+    if not command:
+        raise click.UsageError("no command given: lotus sensitivity [OPTIONS] -- COMMAND [ARGS]...")
+    try:
+        command = resolve_command(list(command))
+    except CommandNotFound as exc:
+        click.echo(f"lotus: {exc}", err=True)
+        raise click.exceptions.Exit(127) from None
+    out = out or default_trace_dir([f"sensitivity-{script_name(command)}"])
+
+    def progress(name):
+        click.echo(f"lotus sensitivity: probe {name}...", err=True)
+
+    try:
+        profile = run_profile(command, out, steps=steps, cpus_grid=cpus_grid, cache_grid_gb=cache_gb, target=target,
+                              max_probes=max_probes, max_minutes=max_minutes, timeout_s=timeout_s, progress=progress)
+    except LaunchError as exc:
+        raise click.UsageError(str(exc)) from None
+    doc = profile.to_dict()
+    from lotus.analysis.jsonutil import dumps
+
+    Path(out, "sensitivity.json").write_text(dumps(doc))
+    if not profile.matrix:
+        first = profile.probes[0] if profile.probes else {}
+        tail = (first.get("stderr_tail") or "").strip().splitlines()
+        click.echo(f"lotus: error: the first probe failed (exit code {first.get('exit_code')})"
+                   + (f": {tail[-1]}" if tail else "") + f"; traces in {out}", err=True)
+        raise click.exceptions.Exit(1)
+    from lotus.analysis.profiles import sensitivity_frame, sensitivity_heatmap
+
+    figure = sensitivity_heatmap(sensitivity_frame(doc["matrix"]), demand=doc["demand"])
+    fig_path = fig or Path(out, "sensitivity.png")
+    figure.savefig(fig_path, dpi=120)
+    if as_json:
+        click.echo(dumps(doc))
+        return
+    _print(doc, out, fig_path)
+
+
+def _print(doc: dict, out: Path, fig_path: Path) -> None:
+    rows = doc["matrix"]
+    caches = sorted({r["cache_gb"] for r in rows})
+    cpus = sorted({r["cpus"] for r in rows})
+    by = {(r["cpus"], r["cache_gb"]): r for r in rows}
+    click.echo(f"lotus sensitivity: {out} ({doc['seconds']:.0f} s, {len(doc['probes'])} probes)")
+    click.echo("  samples/s by page cache (GB, rows) x CPUs (columns); * measured")
+    click.echo("  " + " " * 10 + "".join(f"{c:>12d}" for c in cpus))
+    for g in caches:
+        cells = []
+        for c in cpus:
+            r = by.get((c, g))
+            v = r and r["samples_per_s"]
+            cells.append(("-" if not v else f"{v:,.0f}") + ("*" if r and r["measured"] else " "))
+        click.echo(f"  {g:>9g} " + "".join(f"{cell:>12s}" for cell in cells))
+    d = doc["demand"]
+    if d:
+        click.echo(f"  demand: {d['cpus']} CPUs and {d['cache_gb']:g} GB of page cache reach "
+                   f"{d['samples_per_s']:,.0f} samples/s (>= {doc['target']:.0%} of the best, "
+                   f"{d['best_samples_per_s']:,.0f}){' (measured)' if d['measured'] else ' (predicted)'}")
+    if doc.get("full_sweep_estimate_s"):
+        click.echo(f"  a full sweep would take about {doc['full_sweep_estimate_s']:.0f} s "
+                   f"({doc['seconds'] / doc['full_sweep_estimate_s']:.0%} of it spent here)")
+    for n in doc["notes"]:
+        click.echo(f"  note: {n}")
+    click.echo(f"  heatmap: {fig_path}")

@@ -1,0 +1,177 @@
+"""``predict``: a fitted model + a configuration -> :class:`~lotus.model.params.Prediction`.
+
+The engine is the simulator of :mod:`lotus.model.sim` fed with resampled measurements, so that variance
+and heavy tails (a slow batch holds up the ones behind it under in-order delivery) shape the answer,
+not only means:
+
+* batch preparation: the measured batches in their recorded order, from a random offset, wrapping
+  around (uncontended per-item work, collation, worker overhead): a circular block bootstrap that keeps
+  the order of slow and fast batches (periodic stragglers, big samples in a sequential dataset). For
+  another batch size ``B'``, ``ceil(B'/B)`` consecutive batches are summed and their item work scaled
+  to ``B'`` items; collation follows the fitted law ``fixed + per_sample * B'``.
+* cache hit rate ``h``: each item of a batch misses with probability ``1 - h`` (binomial per batch) and
+  a miss costs ``cold_load_ms - warm_load_ms`` more (fewer, from a cold base). With ``io_bytes_per_s``
+  and ``bytes_per_sample`` the misses also share the disk: ``rate <= io_bytes_per_s / ((1-h) * bytes)``.
+* the loop's step: the measured sequence from a random offset as well; hand-off, dispatch and pinning
+  drawn at random from the measured ones.
+* CPUs: worker work stretched at the fixed point of :func:`lotus.model.sim.cpu_stretch`.
+
+``n_batches`` batches are simulated with a fixed seed (common random numbers across configurations);
+the first ``2 * in flight`` are the ramp and left out of the rate and wait share.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lotus.model.params import PipelineModel, Prediction
+from lotus.model.sim import Latencies, run_with_cpus
+
+FINE_WAIT = 0.05  # a wait share below this is "the loop keeps the pace": the step is the bottleneck
+
+
+def _step_at(model: PipelineModel, bs: int) -> tuple[np.ndarray | None, str | None]:
+    steps = model.measured.step_ns if model.measured else {}
+    if not steps:
+        return None, "the loop's step time is unknown (the run has no step, wait or gpu_step events)"
+    if bs in steps:
+        return steps[bs], None
+    if len(steps) < 2:
+        (known,) = steps
+        return None, (f"the step time at batch size {bs} is unknown: the runs have batch size {known} only "
+                      f"(probe batch size {bs}, or a second size to interpolate)")
+    sizes = np.array(sorted(steps), dtype=np.float64)
+    means = np.array([steps[int(s)].mean() for s in sizes])
+    slope, icpt = np.polyfit(sizes, means, 1)
+    nearest = int(sizes[np.argmin(np.abs(sizes - bs))])
+    target = icpt + slope * bs
+    if target <= 0:
+        return None, f"the step time at batch size {bs} extrapolates to <= 0"
+    return steps[nearest] * (target / steps[nearest].mean()), None
+
+
+def _prep_ns(model: PipelineModel, bs: int, hit: float | None, rng, n: int):
+    """Uncontended preparation time per batch (ns) and the mean per-item parts (for naming the bottleneck)."""
+    m = model.measured
+    traced_bs = max(int(np.median(m.n)), 1)
+    k = max(1, math.ceil(bs / traced_bs))
+    start = rng.integers(0, len(m.n)) + np.arange(n) * k  # the measured sequence, from a random offset
+    idx = (start[:, None] + np.arange(k)[None, :]) % len(m.n)
+    nn = m.n[idx].sum(axis=1)
+    scale = bs / nn
+    items = m.items_ns[idx].sum(axis=1) * scale
+    extra_ms = model.cold_extra_ms
+    cold_part = 0.0
+    if hit is not None:
+        extra = (extra_ms or 0.0) * 1e6
+        if model.base_state == "warm":
+            items = items - m.cold_reads[idx].sum(axis=1) * scale * extra  # the run's own cold first reads
+            misses = rng.binomial(bs, min(max(1.0 - hit, 0.0), 1.0), size=n)
+            items = items + misses * extra
+        else:
+            items = np.maximum(items - rng.binomial(bs, min(max(hit, 0.0), 1.0), size=n) * extra, 0)
+        cold_part = (1.0 - hit) * (extra_ms or 0.0)
+    if k == 1 and bs == traced_bs:
+        collate = m.collate_ns[idx[:, 0]] * (bs / m.n[idx[:, 0]])
+    else:
+        collate = np.full(n, (model.collate_ms_per_batch + model.collate_ms_per_sample * bs) * 1e6)
+    prep = items + collate + m.other_ns[idx[:, 0]]
+    parts = {name: d.mean_ms for name, d in model.op_ms.items() if name != "collate" and d.mean_ms}
+    if "load" in parts and hit is not None and model.warm_load_ms is not None and model.base_state == "warm":
+        parts["load"] = model.warm_load_ms
+    parts["collate"] = model.collate_ms_per_sample + model.collate_ms_per_batch / bs
+    return np.maximum(prep, 0), parts, cold_part
+
+
+def predict(model: PipelineModel, num_workers: int, cpus: float | None, *, batch_size: int | None = None,
+            cache_hit_rate: float | None = None, prefetch_factor: int | None = None, n_batches: int = 400,
+            seed: int = 0) -> Prediction:
+    """Samples/s, the loop's wait share and the bottleneck of one configuration (see the module doc)."""
+    t = model.traced
+    bs = int(batch_size or t.batch_size)
+    nw = int(num_workers)
+    pf = int(prefetch_factor or t.prefetch_factor or 2) if nw > 0 else 0
+    out = Prediction(num_workers=nw, cpus=cpus, batch_size=bs, prefetch_factor=pf, cache_hit_rate=cache_hit_rate,
+                     samples_per_s=None, wait_share=None, bottleneck=None)
+    if cpus is None:
+        out.notes.append("CPUs not given: assumed enough for every worker")
+    elif cpus <= 0:
+        out.reason = "cpus must be > 0"
+        return out
+    if model.measured is None or len(model.measured.n) == 0:
+        out.reason = "the model holds no measured batches"
+        return out
+    if cache_hit_rate is not None and cache_hit_rate < 1.0 and model.base_state == "warm" \
+            and model.cold_extra_ms is None:
+        out.reason = ("the cold (disk) read cost is unknown: run a cold-cache probe, or give io_bytes_per_s and "
+                      "bytes_per_sample")
+        return out
+    if cache_hit_rate is not None and cache_hit_rate > 0 and model.base_state == "cold" \
+            and model.cold_extra_ms is None:
+        out.reason = "the warm (page cache) read cost is unknown: only cold-cache runs were traced"
+        return out
+    rng = np.random.default_rng(seed)
+    prep, parts, cold_part = _prep_ns(model, bs, cache_hit_rate, rng, n_batches)
+    m = model.measured
+    handoff = rng.choice(m.handoff_ns, n_batches) if m.handoff_ns.size else np.zeros(n_batches)
+    dispatch = rng.choice(m.dispatch_ns, n_batches) if m.dispatch_ns.size else np.zeros(n_batches)
+    pin = rng.choice(m.pin_ns, n_batches) if m.pin_ns is not None and nw > 0 else None
+    prep_mean = float(prep.mean())
+    full = model.cpu.stretch(nw, cpus) if nw > 0 else 1.0
+    gap = model.free_gap_ms * 1e6
+    out.input_samples_per_s = (nw * bs / (prep_mean * full + gap) if nw > 0 else bs / prep_mean) * 1e9
+    steps, why = _step_at(model, bs)
+    if steps is None:
+        out.reason = why
+        return out
+    step = steps[(rng.integers(0, len(steps)) + np.arange(n_batches)) % len(steps)]
+    consumer_ns = float(step.mean() + handoff.mean())
+    out.step_samples_per_s = bs / consumer_ns * 1e9
+    lat = Latencies(start_ns=int(model.start_latency_ms * 1e6), free_gap_ns=int(gap),
+                    arrive_ns=int(model.arrive_latency_ms * 1e6), first_dispatch_gap_ns=0, first_request_gap_ns=0,
+                    dispatch_in_wait_ns=0, next_dispatch_gap_ns=0)
+    warm = min(2 * pf * max(nw, 1), n_batches // 4)
+    times, s = run_with_cpus(prep, step, n_workers=nw, cpus=cpus, cpu=model.cpu, first=warm, prefetch_factor=pf,
+                             dispatch_dur_ns=dispatch, ready_wait_ns=handoff, late_wait_ns=handoff, lat=lat,
+                             pin_ns=pin)
+    cons = times.consumed_ns
+    span = float(cons[-1] - cons[warm])
+    rate = bs * (len(cons) - 1 - warm) / span * 1e9
+    wait_share = float(times.wait_dur_ns[warm + 1:].sum()) / span
+    out.cpu_stretch = s
+    out.busy_workers = float(prep[warm:].sum() * s / span) if nw > 0 else None
+    io_cap = None
+    if model.io_bytes_per_s and model.bytes_per_sample and cache_hit_rate is not None and cache_hit_rate < 1:
+        io_cap = model.io_bytes_per_s / ((1.0 - cache_hit_rate) * model.bytes_per_sample)
+        if io_cap < rate:
+            rate = io_cap
+            wait_share = max(0.0, 1.0 - rate * consumer_ns / bs / 1e9)
+    out.samples_per_s, out.wait_share = rate, min(max(wait_share, 0.0), 1.0)
+    out.bottleneck = _bottleneck(model, out, parts, cold_part, io_cap, float(step.mean()), float(handoff.mean()),
+                                 prep_mean, pin)
+    if cache_hit_rate is None and model.traced.cache_state == "warm":
+        out.notes.append("page cache as in the traced run")
+    return out
+
+
+def _bottleneck(model, p: Prediction, parts: dict, cold_part: float, io_cap, step_ns, handoff_ns, prep_ns,
+                pin) -> str:
+    if io_cap is not None and p.samples_per_s is not None and p.samples_per_s >= io_cap * 0.999:
+        return "I/O (cold reads)"
+    if p.num_workers == 0:
+        if prep_ns <= step_ns:
+            return "step (GPU/model)" if step_ns >= handoff_ns else "main process"
+    elif p.wait_share is not None and p.wait_share < FINE_WAIT:
+        pin_ns = float(pin.mean()) if pin is not None else 0.0
+        return "main process" if max(handoff_ns, pin_ns) > step_ns else "step (GPU/model)"
+    elif p.cpus is not None and model.cpu_fraction * (p.num_workers + 1) + model.main_cpu_cores > p.cpus:
+        return "CPUs"
+    name, worst = max(parts.items(), key=lambda kv: kv[1]) if parts else ("preprocessing", 0.0)
+    if cold_part > worst:
+        return "I/O (cold reads)"
+    return f"preprocessing: {name}"
+
+
+__all__ = ["FINE_WAIT", "predict"]

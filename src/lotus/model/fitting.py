@@ -1,0 +1,240 @@
+"""``fit``: traced runs of one job -> :class:`~lotus.model.params.PipelineModel`.
+
+One run or several (probes of the same job at other worker/CPU counts, batch sizes, or with a cold page
+cache, e.g. :func:`lotus.launch.launch` probes: pass their ``trace_dir`` or the ``Probe`` itself).
+
+What one run identifies, and what it cannot:
+
+* per-item, per-op, collation and per-batch worker costs, as *wall* times at the run's concurrency.
+  The fit turns them into uncontended costs with the CPU model of :func:`lotus.model.sim.cpu_stretch`:
+  the run's mean number of busy workers (fetch time / epoch span) and its CPUs give the processor-sharing
+  stretch ``max(1, (busy + main_cpu_cores) / cpus)`` that is divided out. ``main_cpu_cores`` (CPU the
+  main process uses; default 1) is an assumption: the trace has no CPU time.
+* it cannot tell how per-item time grows with the number of workers running at once *below* the CPU
+  count (shared caches, memory bandwidth, hyper-threads): ``contention`` stays 0 (linear scaling, an
+  optimistic bound); nor whether worker time is CPU time or waiting (I/O, sleep, a remote store):
+  ``cpu_fraction`` stays 1. Runs at other worker counts or CPU counts fix them: the parameters that
+  make every run's per-item time the same uncontended time (:func:`_fit_cpu`).
+* the step time at the traced batch size only; other batch sizes need runs at them (two or more sizes:
+  the mean step is interpolated linearly in the batch size).
+* load costs in the run's page-cache state only: an unlabelled run is taken as warm (said in ``notes``).
+  The cold cost comes from a run labelled ``cache_state="cold"``, from ``io_bytes_per_s`` with
+  ``bytes_per_sample``, or from the run itself when first reads of samples are much slower (> 25 %)
+  than later re-reads of the same samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from lotus.errors import InputError
+from lotus.model.observation import Observation, RunTrace, observe
+from lotus.model.params import Dist, Measured, PipelineModel
+from lotus.model.sim import CpuModel
+
+_log = logging.getLogger("lotus.model")
+REREAD_RATIO = 1.25  # first reads this much slower than re-reads: the first reads were cold
+MIN_READS = 50
+
+
+def load_run(path: str | os.PathLike, cache_state: str | None = None) -> RunTrace:
+    """The :class:`RunTrace` of the run at ``path`` (one run directory)."""
+    from lotus.analysis.runs import load_config
+
+    cfg = load_config(path)
+    return RunTrace(cfg.events, cfg.batches, cfg.loaders, name=cfg.name, cache_state=cache_state)
+
+
+def as_run(obj) -> RunTrace:
+    """A RunTrace from a RunTrace, an analysis Config, a launcher Probe (``trace_dir``) or a path."""
+    if isinstance(obj, RunTrace):
+        return obj
+    if hasattr(obj, "events") and hasattr(obj, "batches"):
+        return RunTrace(obj.events, obj.batches, getattr(obj, "loaders", {}) or {}, name=getattr(obj, "name", "run"))
+    if hasattr(obj, "trace_dir"):
+        return load_run(obj.trace_dir)
+    if isinstance(obj, str | os.PathLike):
+        return load_run(obj)
+    raise TypeError(f"cannot fit a model on {type(obj).__name__}")
+
+
+def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = None,
+        bytes_per_sample: float | None = None, contention: float | None = None,
+        cpu_fraction: float | None = None) -> PipelineModel:
+    """Fit the model on one run or several runs of the same job (see the module doc).
+
+    ``contention`` and ``cpu_fraction`` fix those parameters instead of fitting them (default: fitted
+    when the runs identify them, else 0 and 1).
+    """
+    items = list(runs) if isinstance(runs, list | tuple) else [runs]
+    if not items:
+        raise InputError("no run to fit the model on")
+    obs = [observe(as_run(r)) for r in items]
+    warm = [o for o in obs if o.summary.cache_state != "cold"]
+    cold = [o for o in obs if o.summary.cache_state == "cold"]
+    base = warm or cold
+    notes = [n for o in obs for n in o.notes]
+    missing = list(dict.fromkeys(m for o in base for m in o.missing))
+    cpu, alpha_known, phi_known = _fit_cpu(base, main_cpu_cores, contention, cpu_fraction)
+    for o in obs:
+        s = o.summary
+        s.cpu_stretch = cpu.stretch(s.busy_workers, s.cpus, _main_busy(s)) if s.num_workers > 0 else 1.0
+    if not alpha_known:
+        notes.append("one concurrency level only: workers assumed to scale linearly up to the CPUs "
+                     "(contention 0); a probe at another worker count fits it")
+    if not phi_known:
+        notes.append("worker time taken as CPU time (cpu_fraction 1): a probe at another CPU count tells how "
+                     "much of it waits instead (I/O, sleep)")
+    if any(o.summary.cpus is None for o in obs):
+        notes.append("CPUs of a run unknown: assumed enough for its workers (no CPU sharing removed)")
+    if not warm:
+        notes.append("only cold-cache runs: costs are those of reads from disk")
+    elif all(o.summary.cache_state == "warm" for o in warm) and not cold:
+        notes.append("the traced run is taken as read from the page cache (warm)")
+
+    def pool(get, runs_=base):
+        parts = [get(o) / o.summary.cpu_stretch for o in runs_]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    n = np.concatenate([o.n for o in base])
+    load_per = pool(lambda o: o.load_ns)
+    items_ = pool(lambda o: o.items_ns)
+    first = np.concatenate([o.first_reads for o in base])
+    warm_load = float(load_per.sum() / n.sum()) / 1e6 if load_per.sum() > 0 else None
+    cold_load, cold_source = None, None
+    cold_reads = np.zeros(len(n))
+    if cold and warm:
+        c_load = pool(lambda o: o.load_ns, cold)
+        cold_load = float(c_load.sum() / np.concatenate([o.n for o in cold]).sum()) / 1e6
+        cold_source = "cold run"
+    elif io_bytes_per_s and bytes_per_sample and warm:
+        cold_load = (warm_load or 0.0) + bytes_per_sample / io_bytes_per_s * 1e3
+        cold_source = "io_bytes_per_s"
+    elif warm:
+        rr = _reread(warm)
+        if rr is not None:
+            first_ms, reread_ms = rr
+            warm_load, cold_load, cold_source = reread_ms, first_ms, "re-reads in the run"
+            cold_reads = first
+            notes.append(f"first reads of samples took {first_ms:.3g} ms, re-reads {reread_ms:.3g} ms: the first "
+                         "reads were taken as cold")
+    if cold_load is None:
+        missing.append("the cold (disk) read cost: a cold-cache probe, or io_bytes_per_s with bytes_per_sample")
+    collate = pool(lambda o: o.collate_ns)
+    c_fixed, c_per = _collate_law(n, collate)
+    steps: dict[int, list[np.ndarray]] = {}
+    for o in base:
+        if o.step_ns is not None:
+            steps.setdefault(o.summary.batch_size, []).append(o.step_ns)
+    step_ns = {bs: np.concatenate(v) for bs, v in sorted(steps.items())}
+    handoff = [o.handoff_ns for o in base if o.handoff_ns is not None]
+    handoff = np.concatenate(handoff) if handoff else np.zeros(0)
+    dispatch = np.concatenate([o.dispatch_ns for o in base])
+    pins = [o.pin_ns for o in base if o.pin_ns is not None]
+    measured = Measured(
+        n=n, items_ns=items_, load_ns=load_per, cold_reads=cold_reads, collate_ns=collate,
+        other_ns=pool(lambda o: o.other_ns), step_ns=step_ns, handoff_ns=handoff, dispatch_ns=dispatch,
+        pin_ns=np.concatenate(pins) if pins else None)
+    op_ms = {}
+    for name in dict.fromkeys(k for o in base for k in o.op_ns):
+        op_ms[name] = Dist.of_ns(pool(lambda o, k=name: o.op_ns.get(k, np.zeros(0))))
+    src = next((o.step_source for o in base if o.step_source), None)
+    _log.debug("model of %d run(s): contention %.3g, cpu_fraction %.3g, cold load %s ms", len(obs), cpu.contention,
+               cpu.cpu_fraction, cold_load)
+    return PipelineModel(
+        op_ms=op_ms, sample_ms=Dist.of_ns(items_ / n), warm_load_ms=warm_load, cold_load_ms=cold_load,
+        cold_source=cold_source, io_bytes_per_s=io_bytes_per_s, bytes_per_sample=bytes_per_sample,
+        collate_ms_per_sample=c_per / 1e6, collate_ms_per_batch=c_fixed / 1e6,
+        worker_batch_overhead_ms=float(measured.other_ns.mean()) / 1e6,
+        step_ms={bs: Dist.of_ns(v) for bs, v in step_ns.items()}, step_source=src,
+        handoff_ms=Dist.of_ns(handoff), dispatch_ms=Dist.of_ns(dispatch),
+        pin_ms=Dist.of_ns(measured.pin_ns) if measured.pin_ns is not None else None,
+        start_latency_ms=_median_of(base, "start_latency_ns", 50_000) / 1e6,
+        arrive_latency_ms=_median_of(base, "arrive_latency_ns", 60_000) / 1e6,
+        free_gap_ms=_median_of(base, "free_gap_ns", 5_000) / 1e6,
+        contention=cpu.contention, contention_identified=alpha_known, cpu_fraction=cpu.cpu_fraction,
+        cpu_fraction_identified=phi_known, main_cpu_cores=main_cpu_cores,
+        traced=obs[0].summary, runs=[o.summary for o in obs], base_state="warm" if warm else "cold",
+        missing=missing, notes=list(dict.fromkeys(notes)), measured=measured)
+
+
+def _median_of(obs: list[Observation], attr: str, default: float) -> float:
+    vals = [getattr(o, attr) for o in obs if getattr(o, attr) is not None]
+    return float(np.median(vals)) if vals else float(default)
+
+
+def _fit_cpu(obs: list[Observation], main_cpu_cores: float, contention: float | None,
+             cpu_fraction: float | None) -> tuple[CpuModel, bool, bool]:
+    """Contention and CPU fraction that make the runs' per-item times one uncontended time.
+
+    Each run gives its mean per-item wall time ``y`` at its busy workers and CPUs; for a candidate
+    (contention, cpu_fraction) ``y / stretch`` should be the same for all runs: the candidate with the
+    smallest spread of ``log(y / stretch)`` wins (grid search). A parameter is searched only when the runs
+    can tell it: contention when their workers running at once differ by >= 0.5, the CPU fraction when
+    their CPU sharing differs by >= 20 %; with two runs only one of them (the CPU fraction first).
+    """
+    runs = [(o.summary.busy_workers, o.summary.cpus, _main_busy(o.summary), o.summary.sample_ms) for o in obs
+            if o.summary.num_workers > 0 and o.summary.sample_ms]
+    full = CpuModel(main_cpu_cores)
+    ps = [full.stretch(b, c, m) for b, c, m, _ in runs]
+    running = [r[0] / p for r, p in zip(runs, ps, strict=True)]
+    can_phi = len(runs) >= 2 and max(ps) - min(ps) >= 0.2
+    can_alpha = len(runs) >= 2 and max(running) - min(running) >= 0.5
+    if len(runs) == 2 and can_phi:
+        can_alpha = False
+    phis = [cpu_fraction] if cpu_fraction is not None else (np.linspace(0, 1, 41) if can_phi else [1.0])
+    alphas = [contention] if contention is not None else (np.linspace(0, 1, 201) if can_alpha else [0.0])
+    if len(phis) * len(alphas) == 1:
+        return CpuModel(main_cpu_cores, float(alphas[0]), float(phis[0])), contention is not None, \
+            cpu_fraction is not None
+    y = np.log([r[3] for r in runs])
+    best, best_loss = None, np.inf
+    for phi in phis:
+        for alpha in alphas:
+            cpu = CpuModel(main_cpu_cores, float(alpha), float(phi))
+            u = y - np.log([cpu.stretch(b, c, m) for b, c, m, _ in runs])
+            loss = float(np.var(u)) + 1e-9 * (abs(1 - phi) + alpha)  # ties: the default assumptions
+            if loss < best_loss:
+                best, best_loss = cpu, loss
+    return best, can_alpha or contention is not None, can_phi or cpu_fraction is not None
+
+
+def _main_busy(s) -> float:
+    """Share of the run's loop time the main process was not blocked waiting (1 when unknown)."""
+    share = s.steady_wait_share if s.steady_wait_share is not None else s.wait_share
+    return 1.0 - share if share is not None else 1.0
+
+
+def _collate_law(n: np.ndarray, collate: np.ndarray) -> tuple[float, float]:
+    """Collation = fixed + per_sample * n (ns): fixed part only when batch sizes varied enough."""
+    if collate.sum() <= 0:
+        return 0.0, 0.0
+    sizes, counts = np.unique(n, return_counts=True)
+    if (counts >= 3).sum() >= 2 and sizes.max() >= 1.5 * sizes.min():
+        per, fixed = np.polyfit(n, collate, 1)
+        if fixed >= 0 and per >= 0:
+            return float(fixed), float(per)
+    return 0.0, float(collate.sum() / n.sum())
+
+
+def _reread(obs: list[Observation]) -> tuple[float, float] | None:
+    """(first-read ms, re-read ms) per load when first reads were clearly slower, else None."""
+    f_sum = f_n = r_sum = r_n = 0.0
+    for o in obs:
+        if o.reread is None:
+            continue
+        first, re, nf, nr = o.reread
+        f_sum += first * nf / o.summary.cpu_stretch
+        r_sum += re * nr / o.summary.cpu_stretch
+        f_n += nf
+        r_n += nr
+    if f_n < MIN_READS or r_n < MIN_READS:
+        return None
+    first, re = f_sum / f_n / 1e6, r_sum / r_n / 1e6
+    return (first, re) if first > REREAD_RATIO * re else None
+
+
+__all__ = ["as_run", "fit", "load_run"]

@@ -1,0 +1,133 @@
+"""Per-run measurements for :mod:`lotus.model.observation`: step, hand-off, latencies, busy workers, waits,
+re-reads and the measured throughput (pure functions of the batches/events DataFrames)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _f64(s) -> np.ndarray:
+    return s.astype("Float64").to_numpy(np.float64, na_value=np.nan)
+
+
+def steps(b):
+    """The loop's time per batch: max(step, gpu_step); step derived from the next request if not traced."""
+    step = _f64(b["step_dur_ns"])
+    source = "step"
+    if not np.isfinite(step).any():
+        ws, cons = _f64(b["wait_start_ns"]), _f64(b["consumed_ns"])
+        same = (b["rank"].to_numpy()[1:] == b["rank"].to_numpy()[:-1]) & \
+               (b["epoch"].to_numpy()[1:] == b["epoch"].to_numpy()[:-1])
+        step = np.full(len(b), np.nan)
+        step[:-1] = np.where(same, ws[1:] - cons[:-1], np.nan)
+        source = "next request"
+    gpu = _f64(b["gpu_step_ns"])
+    if np.isfinite(gpu).any():
+        step = np.fmax(step, gpu)
+        source = "gpu_step"
+    step = step[np.isfinite(step) & (step >= 0)]
+    return (step, source) if step.size else (None, None)
+
+
+def handoff(b, nw, prep):
+    """Main-process time from 'batch there' to 'handed to the loop' (ns per batch)."""
+    wait, ws = _f64(b["wait_dur_ns"]), _f64(b["wait_start_ns"])
+    if not np.isfinite(wait).any():
+        return None
+    if nw == 0:
+        h = wait - np.nan_to_num(prep)
+    else:
+        arrive, cons = _f64(b["arrive_ns"]), _f64(b["consumed_ns"])
+        h = cons - np.fmax(ws, arrive)
+        if not np.isfinite(h).any():  # no arrive events (original logs): waits of buffered batches
+            buf = b["buffered"].to_numpy(dtype=bool, na_value=False)
+            h = wait[buf] if buf.any() else np.array([np.nanpercentile(wait, 10)])
+    h = h[np.isfinite(h)]
+    return np.maximum(h, 0) if h.size else None
+
+
+def wait_shares(b) -> tuple[float | None, float | None]:
+    """The loop's wait share, and the same without the first batch of each (rank, epoch) (start-up)."""
+    from lotus.analysis.diagnosis import loop_spans
+
+    loops = loop_spans(b)
+    if loops.empty:
+        return None, None
+    span, wait = float(loops["span_ns"].sum()), float(loops["wait_ns"].sum())
+    if span <= 0:
+        return None, None
+    w = b[b["wait_dur_ns"].notna().to_numpy(dtype=bool, na_value=False)]
+    first = float(w.groupby(["rank", "epoch"], sort=False)["wait_dur_ns"].first().sum()) if len(w) else 0.0
+    return wait / span, ((wait - first) / (span - first) if span > first else None)
+
+
+def busy_workers(b, have) -> float:
+    """Mean number of workers preparing a batch, from the first start to the last end of preparation in
+    each (rank, epoch): worker start-up and the end of the epoch are not idle workers."""
+    sub = b[have]
+    keys = sub["rank"].to_numpy().astype(np.int64) << 32 | sub["epoch"].to_numpy().astype(np.int64)
+    order = np.argsort(keys, kind="stable")
+    cuts = np.r_[0, np.flatnonzero(np.diff(keys[order])) + 1]
+    start, end = _f64(sub["prep_start_ns"])[order], _f64(sub["prep_end_ns"])[order]
+    total = float(np.sum(np.maximum.reduceat(end, cuts) - np.minimum.reduceat(start, cuts)))
+    return float(np.nansum(_f64(sub["prep_dur_ns"]))) / total if total > 0 else 0.0
+
+
+def worker_latencies(b, have):
+    """Median dispatch -> start latency (worker idle) and gap between batches (index waiting)."""
+    if b["dispatch_ns"].isna().all():
+        return None, None
+    lat, gap = [], []
+    sub = b[have & b["worker_id"].notna().to_numpy(dtype=bool, na_value=False)]
+    for _, g in sub.groupby(["rank", "epoch", "worker_id"], sort=False):
+        g = g.sort_values("prep_start_ns")
+        start, end, disp = _f64(g["prep_start_ns"]), _f64(g["prep_end_ns"]), _f64(g["dispatch_ns"])
+        prev_end = np.r_[np.nan, end[:-1]]  # a worker's first batch waits for its start-up: left out
+        idle = disp > prev_end
+        lat.append((start - disp)[idle])
+        gap.append((start - prev_end)[~idle])
+    lat = np.concatenate(lat) if lat else np.zeros(0)
+    gap = np.concatenate(gap) if gap else np.zeros(0)
+    lat, gap = lat[np.isfinite(lat)], gap[np.isfinite(gap)]
+    return (float(np.median(lat)) if lat.size else None), (float(np.median(gap)) if gap.size else None)
+
+
+def rereads(ev, rows, dur, nb):
+    """Per batch the number of first reads; mean load of first reads and of re-reads (ns), if any."""
+    first = np.zeros(nb)
+    m, row = rows("load")
+    if m is None:
+        return first, None
+    sample = ev["sample"].to_numpy()[m]
+    known = sample >= 0
+    if not known.any():
+        return first, None
+    m, row, sample = m[known], row[known], sample[known]
+    t = ev["start_ns"].to_numpy()[m]
+    o = np.argsort(t, kind="stable")
+    _, idx = np.unique(sample[o], return_index=True)
+    is_first = np.zeros(len(m), bool)
+    is_first[o[idx]] = True
+    first = np.bincount(row[is_first], minlength=nb).astype(np.float64)
+    d = dur[m]
+    n_first, n_re = int(is_first.sum()), int((~is_first).sum())
+    if n_re == 0:
+        return first, None
+    return first, (float(d[is_first].mean()), float(d[~is_first].mean()), n_first, n_re)
+
+
+def int_or_none(v) -> int | None:
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def measured_rate(run, loader: int, ranks: int) -> float | None:
+    from lotus.analysis.throughput import loader_throughput
+
+    per = loader_throughput(run.batches, run.loaders)
+    per = per[per["loader"] == loader]
+    rates = per["samples_per_s"].dropna()
+    return float(rates.sum()) / ranks if len(rates) else None
+
+
+__all__ = ["busy_workers", "handoff", "int_or_none", "measured_rate", "rereads", "steps", "wait_shares",
+           "worker_latencies"]

@@ -1,0 +1,205 @@
+"""What one traced run measured, per batch, for the fit: pure functions of the events/batches DataFrames.
+
+The model describes one DataLoader: the run's main loader (the one that handed out the most batches;
+a validation loader is left out). Failed batches and exhausted fetches are not batches
+(:func:`lotus.trace.batches.ok_batches`); their per-sample events are dropped with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lotus.errors import InputError
+from lotus.model import measures
+from lotus.model.params import RunSummary
+
+_NOT_OPS = {"sample", "transform"}
+
+
+@dataclass
+class RunTrace:
+    """One run of the job: its DataFrames and loader descriptions, and its page-cache state if known.
+
+    ``cache_state``: ``"cold"`` for a probe whose dataset files were evicted first, ``"warm"`` for one
+    read from the page cache, None (unlabelled: treated as warm, and the model says so).
+    """
+
+    events: object
+    batches: object
+    loaders: dict = field(default_factory=dict)
+    name: str = "run"
+    cache_state: str | None = None
+
+
+@dataclass
+class Observation:
+    summary: RunSummary
+    n: np.ndarray
+    prep_ns: np.ndarray
+    items_ns: np.ndarray
+    load_ns: np.ndarray
+    collate_ns: np.ndarray
+    other_ns: np.ndarray
+    first_reads: np.ndarray  # per batch: loads of samples read for the first time in the run
+    op_ns: dict[str, np.ndarray]
+    step_ns: np.ndarray | None
+    step_source: str | None
+    handoff_ns: np.ndarray | None
+    dispatch_ns: np.ndarray
+    pin_ns: np.ndarray | None
+    start_latency_ns: float | None
+    arrive_latency_ns: float | None
+    free_gap_ns: float | None
+    reread: tuple[float, float, int, int] | None  # mean load (ns) of first reads, of re-reads, counts
+    description: dict
+    missing: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _i64(s, fill=-1) -> np.ndarray:
+    return s.astype("Int64").fillna(fill).to_numpy(np.int64)
+
+
+def _f64(s) -> np.ndarray:
+    return s.astype("Float64").to_numpy(np.float64, na_value=np.nan)
+
+
+def _keys(rank, epoch, batch) -> np.ndarray:
+    return (np.asarray(rank, np.int64) << 52) | (np.asarray(epoch, np.int64) << 32) | np.asarray(batch, np.int64)
+
+
+def main_loader(batches) -> int:
+    counts = batches.groupby("loader").size()
+    return int(counts.idxmax())
+
+
+def observe(run: RunTrace) -> Observation:
+    """Per-batch costs of the run's main loader (raw wall times, ns) and what it measured."""
+    from lotus.analysis.stats import op_names
+    from lotus.trace.batches import ok_batches
+
+    b = ok_batches(run.batches)
+    b = b[b["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False) | b["consumed_ns"].notna().to_numpy(
+        dtype=bool, na_value=False)]
+    if b.empty:
+        raise InputError(f"{run.name}: no batches in the trace: nothing to fit")
+    loader = main_loader(b)
+    b = b[b["loader"].to_numpy() == loader].sort_values(["rank", "epoch", "batch_id"], ignore_index=True)
+    ranks = sorted(int(r) for r in b["rank"].unique())
+    desc = dict(run.loaders.get((ranks[0], loader)) or {})
+    prep = _f64(b["prep_dur_ns"])
+    have = np.isfinite(prep)
+    if not have.any():
+        raise InputError(f"{run.name}: no batch preprocessing (fetch) events: the model needs the workers' "
+                         "trace files")
+    ev = run.events
+    of_loader = ev["loader"].to_numpy() == loader
+    if not of_loader.all():  # a validation loader too: leave its events out (a copy only then)
+        ev = ev[of_loader]
+    notes, missing = [], []
+    workers = sorted({int(w) for w in _i64(b["worker_id"])[have]})
+    nw = desc.get("num_workers")
+    if not isinstance(nw, int):
+        nw = len([w for w in workers if w >= 0])
+        notes.append(f"{run.name}: no loader description: num_workers={nw} from the workers seen")
+    bs = desc.get("batch_size")
+    n = _f64(b["n_samples"])
+    if not isinstance(bs, int) or bs <= 0:
+        bs = int(np.nanmax(n)) if np.isfinite(n).any() else 1
+    n = np.where(np.isfinite(n) & (n > 0), n, bs)
+    pf = desc.get("prefetch_factor") if nw > 0 else 0
+    if nw > 0 and not isinstance(pf, int):
+        pf = 2
+        notes.append(f"{run.name}: prefetch_factor unknown: torch's default 2 assumed")
+
+    # per-batch sums of per-sample events, matched on the batch key
+    keys = _keys(b["rank"], b["epoch"], b["batch_id"])
+    order = np.argsort(keys)
+    codes = np.asarray(ev["name"].array.codes)
+    labels = {str(c): i for i, c in enumerate(ev["name"].array.categories)}
+    ekeys = _keys(ev["rank"].to_numpy(), ev["epoch"].to_numpy(), ev["batch_id"].to_numpy())
+    dur = ev["dur_ns"].to_numpy()
+
+    def rows(name):
+        code = labels.get(name)
+        if code is None:
+            return None, None
+        m = np.flatnonzero(codes == code)
+        if m.size == 0:
+            return None, None
+        pos = np.searchsorted(keys, ekeys[m], sorter=order).clip(0, len(keys) - 1)
+        row = order[pos]
+        ok = keys[row] == ekeys[m]
+        return m[ok], row[ok]
+
+    def per_batch(name):
+        m, row = rows(name)
+        if m is None:
+            return None, None
+        return (np.bincount(row, weights=dur[m], minlength=len(b)),
+                np.bincount(row, minlength=len(b)))
+
+    s_sum, s_cnt = per_batch("sample")
+    l_sum, _l_cnt = per_batch("load")
+    t_sum, _ = per_batch("transform")
+    zeros = np.zeros(len(b))
+    load = l_sum if l_sum is not None else zeros
+    items = load + (t_sum if t_sum is not None else zeros)
+    if s_sum is not None:
+        items = np.where(s_cnt > 0, s_sum, items)
+    if s_sum is None and l_sum is None:
+        missing.append("per-sample events (sample/load): the split of preprocessing into ops is unknown")
+    collate = np.nan_to_num(_f64(b["collate_dur_ns"]))
+    prep_f = np.where(have, prep, np.nan)
+    items = np.where(items > 0, items, np.maximum(prep_f - collate, 0))
+    other = np.maximum(prep_f - items - collate, 0)
+
+    op_ns = {}
+    for name in op_names(ev):
+        if name in _NOT_OPS:
+            continue
+        m, _row = rows(name)
+        if m is not None:
+            op_ns[name] = dur[m].astype(np.float64)
+
+    step_ns, step_source = measures.steps(b)
+    if step_ns is None:
+        missing.append("the loop's step time (no step, wait or gpu_step events)")
+    handoff = measures.handoff(b, nw, prep)
+    if handoff is None:
+        missing.append("the main process's hand-off time (no wait events)")
+    m, _ = rows("dispatch")
+    dispatch = dur[m].astype(np.float64) if m is not None else np.zeros(0)
+    pin = _f64(b["pin_dur_ns"])
+    pin = pin[np.isfinite(pin)] if np.isfinite(pin).any() else None
+    start_lat, free_gap = measures.worker_latencies(b, have)
+    queue = _f64(b["queue_ns"]) - np.nan_to_num(_f64(b["pin_dur_ns"]))
+    arrive_lat = float(np.nanmedian(queue)) if np.isfinite(queue).any() else None
+    first_reads, reread = measures.rereads(ev, rows, dur, len(b))
+
+    busy = measures.busy_workers(b, have) if nw > 0 else 0.0
+    wait_share, steady_wait = measures.wait_shares(b)
+    cpus = desc.get("cpus_available")
+    cpus = float(cpus) / len(ranks) if isinstance(cpus, int | float) and cpus > 0 else None
+    if cpus is not None and len(ranks) > 1:
+        notes.append(f"{run.name}: {len(ranks)} ranks: CPUs split evenly among them ({cpus:g} per rank)")
+    sample_ms = float(np.nansum(items[have]) / np.sum(n[have]) / 1e6) if have.any() else None
+    summary = RunSummary(
+        name=run.name, num_workers=int(nw), cpus=cpus, batch_size=int(bs), prefetch_factor=int(pf or 0),
+        ranks=len(ranks), batches=int(have.sum()), cache_state=run.cache_state or "warm",
+        samples_per_s=measures.measured_rate(run, loader, len(ranks)), wait_share=wait_share,
+        steady_wait_share=steady_wait, busy_workers=busy, sample_ms=sample_ms,
+        dataset_len=measures.int_or_none(desc.get("dataset_len")), sampler=desc.get("sampler"))
+    if desc.get("in_order") is False or desc.get("delivery_order") not in (None, "in_order"):
+        notes.append(f"{run.name}: the loader does not deliver in order; the model simulates in-order delivery")
+    return Observation(
+        summary=summary, n=n[have], prep_ns=prep[have], items_ns=items[have], load_ns=load[have],
+        collate_ns=collate[have], other_ns=other[have], first_reads=first_reads[have], op_ns=op_ns,
+        step_ns=step_ns, step_source=step_source, handoff_ns=handoff, dispatch_ns=dispatch, pin_ns=pin,
+        start_latency_ns=start_lat, arrive_latency_ns=arrive_lat, free_gap_ns=free_gap, reread=reread,
+        description=desc, missing=missing, notes=notes)
+
+
+__all__ = ["Observation", "RunTrace", "main_loader", "observe"]

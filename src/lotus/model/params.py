@@ -1,0 +1,166 @@
+"""Typed results of :mod:`lotus.model`: fitted parameters, run summaries and predictions (units in names).
+
+Durations of worker work (``*_ms`` of ops, collation, per-batch overhead) are *uncontended*: the time
+one worker takes when it has a CPU to itself, after the fit removed the CPU sharing of the traced run
+(see :mod:`lotus.model.fitting`). The measured arrays the simulator resamples live in :class:`Measured`,
+which is not part of the JSON (``PipelineModel.to_dict``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A duration distribution, summarised (ms). ``count`` 0: nothing measured."""
+
+    count: int
+    mean_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+
+    @classmethod
+    def of_ns(cls, values_ns) -> Dist:
+        a = np.asarray(values_ns, dtype=np.float64)
+        a = a[np.isfinite(a)]
+        if a.size == 0:
+            return cls(0, None, None, None, None)
+        p50, p90, p99 = np.percentile(a, [50, 90, 99]) / 1e6
+        return cls(int(a.size), float(a.mean()) / 1e6, float(p50), float(p90), float(p99))
+
+
+@dataclass
+class RunSummary:
+    """One traced run the model was fitted on: its configuration and what it measured."""
+
+    name: str
+    num_workers: int
+    cpus: float | None  # CPUs available per rank (None: unknown)
+    batch_size: int
+    prefetch_factor: int
+    ranks: int
+    batches: int
+    cache_state: str  # "warm" (also the assumption for an unlabelled run) or "cold"
+    samples_per_s: float | None  # measured, steady state, per rank
+    wait_share: float | None  # measured
+    steady_wait_share: float | None  # measured, without the first batch of each epoch (start-up)
+    busy_workers: float  # mean number of workers preparing a batch
+    sample_ms: float | None  # mean time of one item as measured (wall, contended)
+    cpu_stretch: float = 1.0  # fitted: measured / uncontended worker time
+    dataset_len: int | None = None  # from the loader description
+    sampler: str | None = None
+
+
+@dataclass
+class Measured:
+    """Per-batch arrays of the fitted runs (uncontended ns) that the simulator resamples."""
+
+    n: np.ndarray  # samples per batch
+    items_ns: np.ndarray  # sum of the batch's per-item work (load + transforms + item overhead)
+    load_ns: np.ndarray  # sum of the batch's load time
+    cold_reads: np.ndarray  # per batch: reads counted as cold (first reads of a cold-looking epoch)
+    collate_ns: np.ndarray
+    other_ns: np.ndarray  # fetch - items - collate: put, gaps, fetch overhead
+    step_ns: dict[int, np.ndarray]  # the loop's time per batch, by batch size
+    handoff_ns: np.ndarray  # batch there -> handed to the loop (incl. dispatching the next index)
+    dispatch_ns: np.ndarray
+    pin_ns: np.ndarray | None
+
+
+@dataclass
+class PipelineModel:
+    """The fitted throughput model of one job's input pipeline and training loop.
+
+    ``predict`` (see :func:`lotus.model.engine.predict`) answers for other workers, CPUs, batch sizes,
+    cache hit rates and prefetch factors; ``missing`` lists what the traces could not tell (a prediction
+    that needs it is None with a reason).
+    """
+
+    op_ms: dict[str, Dist]  # per call, uncontended: load, each transform op, collate (per batch)
+    sample_ms: Dist  # one whole item (load + transforms + overhead), uncontended
+    warm_load_ms: float | None  # mean load per sample from the page cache
+    cold_load_ms: float | None  # mean load per sample from disk (cold probe, io model or re-reads)
+    cold_source: str | None  # "cold run", "io_bytes_per_s", "re-reads in the run", or None
+    io_bytes_per_s: float | None
+    bytes_per_sample: float | None
+    collate_ms_per_sample: float
+    collate_ms_per_batch: float  # fixed part of collation (0 unless batch sizes varied)
+    worker_batch_overhead_ms: float  # mean per batch: fetch - items - collate
+    step_ms: dict[int, Dist]  # the loop's time per batch, by batch size
+    step_source: str | None  # "gpu_step", "step", "next request" or None (unknown)
+    handoff_ms: Dist
+    dispatch_ms: Dist
+    pin_ms: Dist | None
+    start_latency_ms: float  # index dispatched -> worker starts
+    arrive_latency_ms: float  # worker put -> main process receives
+    free_gap_ms: float  # a worker between two batches
+    contention: float  # slowdown per extra worker running at once (see lotus.model.sim.cpu_stretch)
+    contention_identified: bool  # True when runs at different concurrency fixed it
+    cpu_fraction: float  # share of worker time that needs a CPU (1: all of it, the assumption)
+    cpu_fraction_identified: bool  # True when runs at different CPU shares fixed it
+    main_cpu_cores: float  # CPU the main process is assumed to use
+    traced: RunSummary  # the first run: defaults for predict
+    runs: list[RunSummary] = field(default_factory=list)
+    base_state: str = "warm"  # cache state of the per-batch arrays the simulator resamples
+    missing: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    measured: Measured | None = field(default=None, repr=False)
+
+    def predict(self, num_workers: int, cpus: float | None, batch_size: int | None = None,
+                cache_hit_rate: float | None = None, prefetch_factor: int | None = None, **kwargs) -> Prediction:
+        from lotus.model.engine import predict
+
+        return predict(self, num_workers, cpus, batch_size=batch_size, cache_hit_rate=cache_hit_rate,
+                       prefetch_factor=prefetch_factor, **kwargs)
+
+    @property
+    def cpu(self):
+        """The fitted :class:`lotus.model.sim.CpuModel`."""
+        from lotus.model.sim import CpuModel
+
+        return CpuModel(self.main_cpu_cores, self.contention, self.cpu_fraction)
+
+    @property
+    def cold_extra_ms(self) -> float | None:
+        """Extra time per sample read from disk instead of the page cache (ms), if known."""
+        if self.cold_load_ms is None or self.warm_load_ms is None:
+            return None
+        return max(self.cold_load_ms - self.warm_load_ms, 0.0)
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k != "measured"}
+        out["step_ms"] = {str(k): v for k, v in out["step_ms"].items()}
+        out["cold_extra_ms"] = self.cold_extra_ms
+        return out
+
+
+@dataclass
+class Prediction:
+    """What the model expects of one configuration. ``samples_per_s`` None: see ``reason``."""
+
+    num_workers: int
+    cpus: float | None
+    batch_size: int
+    prefetch_factor: int
+    cache_hit_rate: float | None
+    samples_per_s: float | None
+    wait_share: float | None
+    bottleneck: str | None  # "preprocessing: <op>", "step (GPU/model)", "I/O (cold reads)", "main process", "CPUs"
+    input_samples_per_s: float | None = None  # the most the workers can deliver
+    step_samples_per_s: float | None = None  # the most the loop can consume
+    busy_workers: float | None = None
+    cpu_stretch: float | None = None
+    reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+BOTTLENECKS = ("preprocessing: <op>", "step (GPU/model)", "I/O (cold reads)", "main process", "CPUs")
+
+__all__ = ["BOTTLENECKS", "Dist", "Measured", "PipelineModel", "Prediction", "RunSummary"]

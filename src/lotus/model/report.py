@@ -1,0 +1,115 @@
+"""``whatif``: a run directory -> the what-if tables of ``lotus whatif`` (a pure result, no printing)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lotus.errors import InputError
+from lotus.model.params import PipelineModel
+
+
+@dataclass
+class WhatIf:
+    model: PipelineModel
+    predictions: object  # DataFrame, lotus.model.tables.TABLE_COLUMNS
+    measured: dict
+    cache: object | None = None  # DataFrame: steady hit rates per policy and size, with predictions
+    cache_epochs: object | None = None  # DataFrame: hit rates per epoch
+    dataset: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        def records(df):
+            return None if df is None else df.replace({np.nan: None}).to_dict(orient="records")
+
+        return {"predictions": records(self.predictions), "measured": self.measured, "model": self.model.to_dict(),
+                "cache": records(self.cache), "dataset": self.dataset, "notes": self.notes}
+
+
+def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: int | None = None, cache_gb=None,
+           dataset_bytes: float | None = None, data: str | os.PathLike | None = None, epochs: int = 3,
+           cold_dir: str | os.PathLike | None = None, io_mb_s: float | None = None,
+           main_cpu_cores: float = 1.0) -> WhatIf:
+    """Fit the run at ``data_dir`` (plus a cold-cache run) and predict the grid (see docs/model.md)."""
+    from lotus.model.cache import DEFAULT_FRACTIONS, steady_hit_rates
+    from lotus.model.fitting import fit, load_run
+    from lotus.model.tables import (
+        GB,
+        cache_hits,
+        cache_throughput,
+        dataset_bytes_of,
+        default_grid,
+        hit_rate_at,
+        prediction_table,
+    )
+
+    run = load_run(data_dir)
+    runs = [run] + ([load_run(cold_dir, cache_state="cold")] if cold_dir is not None else [])
+    notes: list[str] = []
+    dataset = None
+    n_samples = _dataset_len(run)
+    if data is not None:
+        dataset = dataset_bytes_of(data, n_samples)
+    elif dataset_bytes is not None:
+        if dataset_bytes <= 0:
+            raise InputError(f"--dataset-bytes must be > 0, not {dataset_bytes:g}")
+        dataset = {"dataset_bytes": float(dataset_bytes),
+                   "bytes_per_sample": float(dataset_bytes) / n_samples if n_samples else None}
+    bps = dataset["bytes_per_sample"] if dataset else None
+    io = io_mb_s * 1e6 if io_mb_s else None
+    model = fit(runs, main_cpu_cores=main_cpu_cores, io_bytes_per_s=io, bytes_per_sample=bps)
+    t = model.traced
+    traced = model.predict(t.num_workers, t.cpus)
+    if traced.samples_per_s is None:
+        raise InputError(f"cannot model this run: {traced.reason}", data_dir)
+    grid_w, grid_c = default_grid(model)
+    workers = list(workers) if workers else grid_w
+    cpus = [float(c) for c in cpus] if cpus else grid_c
+    cache_rows, steady, per_epoch = None, None, None
+    if dataset is None:
+        if cache_gb:
+            notes.append("cache predictions skipped: the dataset's size is unknown (--dataset-bytes or --data)")
+    else:
+        total = dataset["dataset_bytes"]
+        extra = [min(g * GB / total, 1.0) for g in (cache_gb or [])]
+        fractions = sorted({*DEFAULT_FRACTIONS, *extra})
+        per_epoch = cache_hits(run.events, n_samples, fractions=fractions, n_epochs=epochs)
+        if per_epoch is None:
+            notes.append("cache what-if skipped: the trace records no sample indices (original LotusTrace logs)")
+        else:
+            per_epoch["cache_bytes"] = per_epoch["cache_frac"] * total
+            steady = steady_hit_rates(per_epoch)
+            steady["cache_gb"] = steady["cache_frac"] * total / GB
+            steady = cache_throughput(model, steady, batch_size=batch_size)
+            if cache_gb:
+                cache_rows = [(float(g), hit_rate_at(steady, g, total)) for g in cache_gb]
+    table = prediction_table(model, workers, cpus, cache=cache_rows, batch_size=batch_size)
+    measured = {"num_workers": t.num_workers, "cpus": t.cpus, "batch_size": t.batch_size,
+                "prefetch_factor": t.prefetch_factor, "samples_per_s": t.samples_per_s, "wait_share": t.wait_share,
+                "predicted_samples_per_s": traced.samples_per_s, "predicted_wait_share": traced.wait_share,
+                "bottleneck": traced.bottleneck}
+    if t.samples_per_s:
+        measured["error"] = traced.samples_per_s / t.samples_per_s - 1.0
+    return WhatIf(model=model, predictions=table, measured=measured, cache=steady, cache_epochs=per_epoch,
+                  dataset=dataset, notes=notes + model.notes)
+
+
+def _dataset_len(run) -> int | None:
+    """Samples in the dataset of the run's main loader, from its description (None: not recorded)."""
+    from lotus.model.observation import main_loader
+
+    b = run.batches
+    if b is None or len(b) == 0:
+        return None
+    loader = main_loader(b)
+    for (_rank, lo), desc in sorted(run.loaders.items()):
+        n = desc.get("dataset_len") if lo == loader and isinstance(desc, dict) else None
+        if isinstance(n, int) and n > 0:
+            return n
+    return None
+
+
+__all__ = ["WhatIf", "whatif"]

@@ -1,0 +1,195 @@
+"""Data-stall split (DS-Analyzer's differential analysis) from three short probes of an unmodified job.
+
+Every probe is ``lotus.launch.launch(command, steps=S)`` into its own trace directory:
+
+1. **listing** (``LOTUS_DATASET_FILES``): the job's loaders write their dataset's file list; those files
+   (or ``--data PATH``'s) are then read once so that the page cache holds them (when they fit);
+2. **warm**: the job as it is, data in the page cache -> ``prep_samples_per_s``;
+3. **cold**: the dataset's files evicted from the page cache first (``posix_fadvise``, no root)
+   -> ``fetch_samples_per_s``;
+4. **ingestion**: lotus replays already-prepared batches (``LOTUS_REPLAY``), so the loop runs at the
+   rate the model/GPU ingests data -> ``ingestion_samples_per_s``.
+
+Per iteration (batch): compute = B / ingestion rate; prep stall = B / prep rate - compute; fetch stall
+= B / fetch rate - B / prep rate (negatives, i.e. noise, clipped to 0); shares are of the cold
+iteration time. Rates are the steady-state samples/s of the trace (first batch of each probe left out).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lotus.launch import LaunchOptions, launch
+from lotus.profile import pagecache
+
+_log = logging.getLogger("lotus.profile")
+
+
+@dataclass
+class ProbeResult:
+    name: str
+    trace_dir: str
+    exit_code: int
+    wall_s: float
+    samples_per_s: float | None
+    wait_share: float | None
+    note: str | None = None
+    stderr_tail: str = ""
+
+
+@dataclass
+class StallReport:
+    command: list[str]
+    batch_size: int | None
+    probes: dict[str, ProbeResult] = field(default_factory=dict)
+    files: int = 0
+    dataset_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def rate(self, name: str) -> float | None:
+        p = self.probes.get(name)
+        return p.samples_per_s if p is not None and p.exit_code == 0 else None
+
+    def split(self) -> dict:
+        """compute / prep stall / fetch stall per iteration (ms and share of the cold iteration)."""
+        b = self.batch_size
+        ingest, warm, cold = self.rate("ingestion"), self.rate("warm"), self.rate("cold")
+        out = {"ingestion_samples_per_s": ingest, "prep_samples_per_s": warm, "fetch_samples_per_s": cold,
+               "batch_size": b, "compute_ms": None, "prep_stall_ms": None, "fetch_stall_ms": None,
+               "iteration_ms": None, "compute_share": None, "prep_stall_share": None, "fetch_stall_share": None}
+        if not b or not ingest:
+            return out
+        compute = b / ingest * 1e3
+        out["compute_ms"] = compute
+        total = compute
+        if warm:
+            prep = max(0.0, b / warm * 1e3 - compute)
+            out["prep_stall_ms"] = prep
+            total = compute + prep
+            if cold:
+                fetch = max(0.0, b / cold * 1e3 - total)
+                out["fetch_stall_ms"] = fetch
+                total += fetch
+        out["iteration_ms"] = total
+        for k in ("compute", "prep_stall", "fetch_stall"):
+            v = out[f"{k}_ms"]
+            out[f"{k}_share"] = None if v is None else v / total
+        return out
+
+    def to_dict(self) -> dict:
+        return {"command": self.command, **self.split(), "files": self.files, "dataset_bytes": self.dataset_bytes,
+                "notes": self.notes, "probes": {k: vars(v) for k, v in self.probes.items()}}
+
+
+def files_under(path: str | os.PathLike) -> list[str]:
+    """Every regular file under ``path`` (a directory) or ``path`` itself."""
+    p = Path(path)
+    if p.is_file():
+        return [str(p)]
+    return sorted(str(f) for f in p.rglob("*") if f.is_file())
+
+
+def listed_files(trace_dir: Path) -> list[str]:
+    out: list[str] = []
+    for f in sorted(trace_dir.glob("lotus-dataset-r*-l*.files")):
+        out += [line for line in f.read_text().splitlines() if line]
+    return list(dict.fromkeys(out))
+
+
+def _mem_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _probe(name: str, command, out: Path, base: LaunchOptions, **extra) -> ProbeResult:
+    opts = LaunchOptions(trace_dir=out / name, steps=base.steps, workers=base.workers, cpus=base.cpus,
+                         capture=True, env=dict(base.env), timeout_s=base.timeout_s, **extra)
+    probe = launch(command, opts)
+    note = None
+    if probe.exit_code != 0:
+        note = f"exit code {probe.exit_code}"
+    s = probe.summary() if probe.trace_dir is not None else {}
+    if probe.exit_code == 0 and not s.get("traced"):
+        note = "the command created no DataLoader"
+    return ProbeResult(name=name, trace_dir=str(opts.trace_dir), exit_code=probe.exit_code, wall_s=probe.wall_s,
+                       samples_per_s=s.get("samples_per_s"), wait_share=s.get("wait_share"), note=note,
+                       stderr_tail=probe.stderr_tail()[-2000:] if probe.exit_code != 0 else "")
+
+
+def stalls(command: list[str], out: str | os.PathLike, *, steps: int = 50, data: str | None = None,
+           workers: int | None = None, cpus: list[int] | None = None, replay_batches: int | None = None,
+           timeout_s: float | None = None, progress=None) -> StallReport:
+    """Run the probes and return the split (see the module doc). ``progress(name)`` is called per probe."""
+    out = Path(out)
+    base = LaunchOptions(steps=steps, workers=workers, cpus=cpus, timeout_s=timeout_s)
+    report = StallReport(command=list(command), batch_size=None)
+    step = progress or (lambda name: None)
+
+    step("listing")
+    listing = _probe("listing", command, out, base, list_dataset_files=True)
+    report.probes["listing"] = listing
+    if listing.exit_code != 0 or listing.note == "the command created no DataLoader":
+        report.notes.append(f"the first probe failed ({listing.note}); nothing else was run")
+        return report
+    files = files_under(data) if data else listed_files(Path(listing.trace_dir))
+    report.files = len(files)
+    report.batch_size = _batch_size(Path(listing.trace_dir))
+    if files:
+        report.dataset_bytes = sum(os.path.getsize(f) for f in files if os.path.exists(f))
+        avail = _mem_available()
+        if avail is not None and report.dataset_bytes > 0.8 * avail:
+            report.notes.append(f"the dataset ({report.dataset_bytes / 2**30:.1f} GiB) does not fit in the free "
+                                f"memory ({avail / 2**30:.1f} GiB): the 'warm' probe is partly cold")
+        pagecache.warm(files, budget_bytes=int(0.8 * avail) if avail else None)
+    else:
+        report.notes.append("the dataset's files are unknown (no samples/files attribute found; give --data PATH): "
+                            "the cold-cache probe is skipped")
+
+    step("warm")
+    report.probes["warm"] = _probe("warm", command, out, base)
+    if files:
+        step("cold")
+        evicted = pagecache.evict(files)
+        if evicted.failed:
+            report.notes.append(f"{evicted.failed} file(s) could not be evicted ({evicted.first_error})")
+        left = pagecache.resident(files)
+        if left is not None and left > 0.5:
+            report.notes.append(f"{left:.0%} of the dataset stayed in the page cache after eviction: the cold "
+                                "probe is skipped")
+        else:
+            report.probes["cold"] = _probe("cold", command, out, base)
+    step("ingestion")
+    k = replay_batches or max(1, min(10, steps // 5))
+    report.probes["ingestion"] = _probe("ingestion", command, out, base, replay=k)
+    if files:
+        pagecache.warm(files, budget_bytes=int(0.8 * (_mem_available() or 0)) or None)  # leave it as found
+    for p in report.probes.values():
+        if p.note:
+            report.notes.append(f"probe {p.name}: {p.note}")
+    return report
+
+
+def _batch_size(trace_dir: Path) -> int | None:
+    """Samples per batch of the job's main loader (the one that handed out the most batches)."""
+    from lotus.analysis.runs import load_config
+    from lotus.analysis.throughput import throughput
+
+    try:
+        cfg = load_config(trace_dir)
+    except Exception:
+        return None
+    t = throughput(cfg.batches, cfg.loaders)
+    return round(t["samples"] / t["batches"]) or None if t["batches"] else None
+
+
+def timestamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")

@@ -1,0 +1,137 @@
+"""lotus whatif through click's CliRunner, the real LotusTrace logs, the figure, and the house rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from lotus.cli import cli
+from lotus.model import fit, load_run
+from tests.analysis.conftest import real_run  # noqa: F401 - a run traced by lotus.dataloader
+
+pytestmark = pytest.mark.timeout(120)
+REFERENCE_TRACES = "tests/data/lotus-2023/traces"
+
+
+def lotus(*args, ok: bool = True):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert "Traceback" not in result.output
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def run_dir(make_dir):
+    return make_dir("w2")
+
+
+def test_json_keys(run_dir):
+    doc = json.loads(lotus("whatif", "-d", run_dir, "--workers", "1,2,8", "--cpus", "4,8", "--json").output)
+    rows = doc["predictions"]
+    assert len(rows) == 6
+    for r in rows:
+        assert {"num_workers", "cpus", "cache_gb", "samples_per_s", "wait_share", "bottleneck"} <= set(r)
+    by = {(r["num_workers"], r["cpus"]): r for r in rows}
+    assert by[(8, 8.0)]["bottleneck"] == "step (GPU/model)"
+    assert by[(1, 4.0)]["bottleneck"] == "preprocessing: load"
+    m = doc["measured"]
+    assert m["num_workers"] == 2 and abs(m["error"]) < 0.05
+    assert doc["model"]["op_ms"]["load"]["mean_ms"] == pytest.approx(4.0, rel=0.03)
+    assert doc["cache"] is None
+
+
+def test_default_grid_and_text(run_dir):
+    out = lotus("whatif", "-d", run_dir).output
+    assert out.startswith("traced: num_workers=2 cpus=4")
+    lines = [x for x in out.splitlines() if x[:7].strip().isdigit()]
+    workers = {int(x.split()[0]) for x in lines}
+    cpus = {x.split()[1] for x in lines}
+    assert workers == {0, 1, 2, 4, 8} and cpus == {"1", "2", "4"}
+    assert "note: the traced run is taken as read from the page cache (warm)" in out
+
+
+def test_cache_sizes(run_dir, tmp_path):
+    res = lotus("whatif", "-d", run_dir, "--workers", "2", "--cpus", "4", "--cache-gb", "0,0.1", "--json")
+    doc = json.loads(res.stdout)
+    assert all(r["cache_gb"] is None for r in doc["predictions"])  # no dataset size: skipped, with a note
+    assert any("dataset's size is unknown" in n for n in doc["notes"])
+    res = lotus("whatif", "-d", run_dir, "--workers", "2", "--cpus", "4", "--cache-gb", "0,0.1", "--dataset-bytes",
+                "3.2e8", "--io-mb-s", "200", "--json", "--fig", tmp_path / "cache.png")
+    doc = json.loads(res.stdout)
+    rows = {r["cache_gb"]: r for r in doc["predictions"]}
+    assert set(rows) == {0.0, 0.1} and rows[0.0]["samples_per_s"] < doc["measured"]["samples_per_s"]
+    assert {c["policy"] for c in doc["cache"]} == {"lru", "static"}
+    assert (tmp_path / "cache.png").stat().st_size > 1000
+    # no cold cost: cache rows say why instead of inventing one
+    doc = json.loads(lotus("whatif", "-d", run_dir, "--workers", "2", "--cpus", "4", "--cache-gb", "0.1",
+                           "--dataset-bytes", "3.2e8", "--json").output)
+    assert doc["predictions"][0]["samples_per_s"] is None and "cold" in doc["predictions"][0]["reason"]
+
+
+def test_data_dir_sizes(run_dir, tmp_path):
+    data = tmp_path / "data"
+    (data / "a").mkdir(parents=True)
+    for i in range(40):
+        (data / "a" / f"{i}.jpg").write_bytes(b"x" * 1000)
+    doc = json.loads(lotus("whatif", "-d", run_dir, "--workers", "2", "--cpus", "4", "--data", data, "--json").output)
+    assert doc["dataset"]["bytes_per_sample"] == 1000 and doc["dataset"]["dataset_bytes"] == 1000 * 3200
+
+
+def test_bad_input(run_dir, tmp_path):
+    res = lotus("whatif", "-d", tmp_path / "missing", ok=False)
+    assert res.exit_code == 1 and res.output.count("\n") == 1 and "no such file" in res.output
+    res = lotus("whatif", "-d", f"{REFERENCE_TRACES}/b128_gpu4", ok=False)
+    assert res.exit_code == 1 and res.output.count("\n") == 1 and "step time is unknown" in res.output
+    res = lotus("whatif", "-d", run_dir, "--workers", "two", ok=False)
+    assert res.exit_code == 2
+    res = lotus("whatif", "-d", run_dir, "--data", tmp_path, "--dataset-bytes", "1", ok=False)
+    assert res.exit_code == 2
+    res = lotus("whatif", "-d", run_dir, "--fig", tmp_path / "f.png", ok=False)
+    assert res.exit_code == 1 and "no cache figure" in res.output
+
+
+@pytest.mark.parametrize("name", ["b128_gpu4", "b256_gpu2", "b512_gpu1"])
+def test_original_logs_give_a_partial_model(name):
+    m = fit(load_run(f"{REFERENCE_TRACES}/{name}"))
+    assert any("step time" in x for x in m.missing)
+    assert m.op_ms["load"].mean_ms > 1 and "RandomResizedCrop" in m.op_ms
+    p = m.predict(4, 8)
+    assert p.samples_per_s is None and "step time is unknown" in p.reason and p.input_samples_per_s > 0
+
+
+def test_cache_figure():
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from lotus.model import cache_figure
+
+    df = pd.DataFrame({"policy": ["lru", "lru", "static", "static"], "cache_frac": [0, 1, 0, 1],
+                       "hit_rate": [0, 1, 0, 1], "samples_per_s": [100, 200, 100, 200]})
+    assert isinstance(cache_figure(df), Figure)
+    assert isinstance(cache_figure(df.drop(columns="samples_per_s")), Figure)
+
+
+def test_no_torch_and_lazy_import():
+    code = ("import sys, lotus, lotus.model\n"
+            "assert not any(m.startswith('lotus.model.') for m in sys.modules), 'import lotus.model is lazy'\n"
+            "import lotus.model.fitting, lotus.model.engine, lotus.model.cache, lotus.model.tables, "
+            "lotus.model.report, lotus.model.sim\n"
+            "assert 'torch' not in sys.modules, 'lotus.model imported torch'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_run_traced_by_the_real_dataloader(real_run):  # noqa: F811 - the fixture
+    """Sleeping workers on a shared VM: no traceback, a number of the right magnitude."""
+    m = fit(load_run(real_run))
+    p = m.predict(m.traced.num_workers, m.traced.cpus)
+    assert p.samples_per_s is not None and p.bottleneck
+    assert 0.5 < p.samples_per_s / m.traced.samples_per_s < 2.0
+    doc = json.loads(lotus("whatif", "-d", real_run, "--workers", "1,2,4", "--json").stdout)
+    assert len(doc["predictions"]) == 3 * len({r["cpus"] for r in doc["predictions"]})

@@ -1,0 +1,74 @@
+"""lotus stalls: four probes of an unmodified job, page cache controlled without root."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lotus.profile import pagecache
+from lotus.profile.stalls import stalls
+
+JOB = str(Path(__file__).resolve().parent / "jobs" / "folder_train.py")
+
+
+@pytest.fixture(scope="module")
+def image_folder(tmp_path_factory):
+    from lotus.demo.dataset import DatasetSpec, generate_image_folder
+
+    return generate_image_folder(tmp_path_factory.mktemp("data"), DatasetSpec(images=64, seed=2))
+
+
+def test_pagecache_evict_warm_resident(tmp_path):
+    f = tmp_path / "blob"
+    f.write_bytes(os.urandom(1 << 20))
+    assert pagecache.evict([str(f)]).files == 1
+    assert pagecache.resident([str(f)]) == pytest.approx(0.0, abs=0.05)
+    assert pagecache.warm([str(f)]).bytes == 1 << 20
+    assert pagecache.resident([str(f)]) == pytest.approx(1.0, abs=0.05)
+    missing = pagecache.evict([str(tmp_path / "nope")])
+    assert missing.failed == 1 and "nope" in missing.first_error
+
+
+@pytest.mark.timeout(600)
+def test_stall_split_of_a_prep_bound_job(tmp_path, image_folder):
+    report = stalls([sys.executable, JOB, str(image_folder), "--step-ms", "2"], tmp_path, steps=12)
+    assert all(p.exit_code == 0 for p in report.probes.values()), report.probes
+    assert set(report.probes) == {"listing", "warm", "cold", "ingestion"}
+    assert report.files == 64 and report.batch_size == 8
+    d = report.split()
+    # the "model" takes 2 ms per batch: the ingestion probe runs at about that rate...
+    # (busy-waiting 2 ms, plus the loop's own overhead on a loaded machine)
+    assert 1.8 <= d["compute_ms"] <= 8
+    # ...and one worker decoding and cropping 8 JPEGs takes much longer: prep-bound
+    assert d["ingestion_samples_per_s"] > 1.5 * d["prep_samples_per_s"]
+    assert d["prep_stall_share"] > 0.3
+    assert d["fetch_stall_ms"] is not None and d["fetch_stall_ms"] >= 0
+    assert abs(d["compute_share"] + d["prep_stall_share"] + d["fetch_stall_share"] - 1) < 1e-9
+
+
+def _lotus(*args, timeout=600):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOTUS_")}
+    return subprocess.run([sys.executable, "-m", "lotus", *map(str, args)], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+@pytest.mark.timeout(600)
+def test_cli_json_and_bad_input(tmp_path, image_folder):
+    r = _lotus("stalls", "--steps", 6, "--out", tmp_path / "s", "--json", "--", sys.executable, JOB, image_folder,
+               "--step-ms", 30)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    for key in ("ingestion_samples_per_s", "prep_samples_per_s", "fetch_samples_per_s", "compute_ms",
+                "prep_stall_ms", "fetch_stall_ms"):
+        assert key in doc
+    assert json.loads((tmp_path / "s" / "stalls.json").read_text())["batch_size"] == 8
+    r = _lotus("stalls", "--steps", 6, "--out", tmp_path / "n", "--", sys.executable, "-c", "print('no loader')")
+    assert r.returncode == 1 and r.stderr.strip().endswith(f"(traces in {tmp_path / 'n'})")
+    assert "created no DataLoader" in r.stderr and len(r.stderr.strip().splitlines()) == 2  # progress + error
+    assert _lotus("stalls").returncode == 2
+    assert _lotus("stalls", "--", "no-such-command-lotus").returncode == 127
