@@ -33,6 +33,7 @@ class LaunchOptions:
     timeout_s: float | None = None  # stop the job after this many seconds (exit code 124)
     replay: int | None = None  # prepare this many batches, then replay them (ingestion-limit probe)
     list_dataset_files: bool = False  # loaders write their dataset's file list into the trace dir
+    on_start: object = None  # callable(pid) run right after the job started (pid = its process group)
 
 
 def parse_cpus(text: str) -> list[int]:

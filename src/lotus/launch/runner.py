@@ -251,6 +251,11 @@ def launch(command: list[str], options: LaunchOptions | None = None) -> Probe:
     run_doc["pid"] = proc.pid
     if trace_dir is not None:
         _write_run_file(trace_dir, run_doc)
+    if callable(options.on_start):
+        try:
+            options.on_start(proc.pid)
+        except Exception as exc:  # the caller's hook must not orphan the job
+            _log.warning("on_start hook failed: %r", exc)
     stopped = None
     steps_seen_at = None
     with _Signals(proc.pid) as sig:
