@@ -22,6 +22,7 @@ def reference_dir() -> Path:
 def _no_trace_env(monkeypatch):
     # Tests decide themselves whether tracing is on.
     for name in ("LOTUS_TRACE_DIR", "LOTUS_ITT", "LOTUS_GPU_TELEMETRY", "LOTUS_WORKERS", "LOTUS_STEPS",
-                 "LOTUS_LAUNCH", "LOTUS_REPLAY", "LOTUS_DATASET_FILES"):
+                 "LOTUS_LAUNCH", "LOTUS_REPLAY", "LOTUS_DATASET_FILES",
+                 "LOTUS_LOADER_ARGS"):
         monkeypatch.delenv(name, raising=False)
     os.environ.setdefault("MPLBACKEND", "Agg")

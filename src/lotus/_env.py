@@ -5,6 +5,7 @@ ITT = "LOTUS_ITT"  # "1": ITT tasks for VTune
 TELEMETRY = "LOTUS_GPU_TELEMETRY"  # "1": NVML sampling
 LAUNCH = "LOTUS_LAUNCH"  # "1": lotus run's start-up hook makes torch's DataLoader lotus's
 WORKERS = "LOTUS_WORKERS"  # lotus run --workers N: num_workers of every DataLoader
+LOADER_ARGS = "LOTUS_LOADER_ARGS"  # lotus run --set KEY=VALUE: JSON object of DataLoader settings to force
 REPLAY = "LOTUS_REPLAY"  # lotus stalls: prepare N batches, then replay them (the loop's ingestion limit)
 DATASET_FILES = "LOTUS_DATASET_FILES"  # "1": loaders list their dataset's files (lotus.dataloader.datafiles)
 STEPS = "LOTUS_STEPS"  # lotus run --steps N: end the job after N consumed batches of one loader

@@ -66,3 +66,18 @@ def test_replace_worker_args_roundtrip():
     out = compat.replace_worker_args(tuple(holder_args), dataset="NEW", collate_fn="C")
     assert compat.dataset_from_worker_args(out) == "NEW"
     assert compat.worker_arg(out, "collate_fn") == "C"
+
+
+def test_loader_attributes_exist_on_a_persistent_loader():
+    from tests.dataloader.datasets import MapDS
+
+    loader = torch.utils.data.DataLoader(MapDS(n=4), batch_size=2, num_workers=1, persistent_workers=True)
+    for attr in compat.LOADER_ATTRS:
+        assert hasattr(loader, attr), attr
+    list(loader)
+    it = compat.persistent_iterator(loader)
+    assert isinstance(it, compat.MultiProcessingIter)
+    compat.shutdown_workers(it)
+    compat.drop_persistent_iterator(loader)
+    assert compat.persistent_iterator(loader) is None
+    assert len(list(loader)) == 2  # a new iterator, new workers

@@ -20,6 +20,21 @@ def _cpus(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
 
 
+def _settings(values) -> dict:
+    from lotus.dataloader.overrides import check
+
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--set")
+        try:
+            out[key.strip()] = check(key.strip(), value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--set") from None
+    return out
+
+
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--trace-dir", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the trace goes (default: lotus-runs/<script>-<time>/).")
@@ -27,6 +42,9 @@ def _cpus(ctx, param, value):
               help="Override num_workers of every DataLoader of the job.")
 @click.option("--steps", type=click.IntRange(1), default=None,
               help="Probe: end the job cleanly (exit 0) after N batches of a loader were consumed.")
+@click.option("--set", "settings", multiple=True, callback=lambda c, p, v: _settings(v), metavar="KEY=VALUE",
+              help="Force a DataLoader setting on every loader: prefetch_factor, pin_memory, persistent_workers, "
+                   "in_order, num_workers (repeatable).")
 @click.option("--cpus", callback=_cpus, default=None, metavar="LIST",
               help="CPU affinity of the job and all its processes, e.g. 0-3,8 (no root needed).")
 @click.option("--itt", is_flag=True, help="Also emit ITT tasks for Intel VTune.")
@@ -38,7 +56,7 @@ def _cpus(ctx, param, value):
 @click.option("--verdict/--no-verdict", default=True, show_default=True,
               help="Print the verdict (as `lotus analyze verdict`) to stderr at the end.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(trace_dir, workers, steps, cpus, itt, telemetry, trace, timeout_s, verdict, command) -> None:
+def run(trace_dir, workers, steps, settings, cpus, itt, telemetry, trace, timeout_s, verdict, command) -> None:
     """Run COMMAND (a script, `python -m ...`, a console script, torchrun) with lotus's DataLoader.
 
     Every torch.utils.data.DataLoader the command creates, in every process and torchrun rank, is
@@ -57,7 +75,7 @@ def run(trace_dir, workers, steps, cpus, itt, telemetry, trace, timeout_s, verdi
     if steps is not None and not trace:
         raise click.UsageError("--steps needs tracing (drop --no-trace)")
     options = LaunchOptions(trace_dir=trace_dir, trace=trace, workers=workers, steps=steps, cpus=cpus, itt=itt,
-                            telemetry=telemetry, timeout_s=timeout_s)
+                            telemetry=telemetry, timeout_s=timeout_s, loader_args=settings)
     try:
         probe = launch(list(command), options)
     except CommandNotFound as exc:

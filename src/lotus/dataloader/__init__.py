@@ -4,8 +4,16 @@
     loader = DataLoader(dataset, batch_size=64, num_workers=4, trace_dir="traces/run1")
 
 or leave the script unchanged apart from the import and run it with ``LOTUS_TRACE_DIR=traces/run1``.
+torch is imported when ``DataLoader`` is first used from here, so torch-free helpers of this package
+(``lotus.dataloader.overrides``, ``.config``) stay cheap to import.
 """
 
-from lotus.dataloader.loader import DataLoader
-
 __all__ = ["DataLoader"]
+
+
+def __getattr__(name: str):
+    if name == "DataLoader":
+        from lotus.dataloader.loader import DataLoader
+
+        return DataLoader
+    raise AttributeError(f"module 'lotus.dataloader' has no attribute {name!r}")

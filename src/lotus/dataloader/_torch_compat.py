@@ -51,6 +51,8 @@ ITER_CALLS = ("_process_data",)
 ITER_METHODS = ("_next_data", "_next_index", "_try_put_index", "_get_data", "_reset", "_shutdown_workers")
 # DataLoader method lotus overrides to hand out its own iterator subclasses.
 LOADER_METHODS = ("_get_iterator",)
+# DataLoader attribute lotus reads and resets (num_workers="auto" restarting persistent workers).
+LOADER_ATTRS = ("_iterator",)
 
 # Positional arguments of worker_loop that lotus replaces in a worker process.
 WORKER_ARGS = (
@@ -156,3 +158,13 @@ def shutdown_workers(iterator) -> None:
     fn = getattr(iterator, "_shutdown_workers", None)
     if fn is not None:
         fn()
+
+
+def persistent_iterator(loader):
+    """The iterator a persistent_workers loader keeps between epochs (``DataLoader._iterator``), if any."""
+    return getattr(loader, "_iterator", None)
+
+
+def drop_persistent_iterator(loader) -> None:
+    """Forget it, so that the next epoch starts new workers."""
+    loader._iterator = None

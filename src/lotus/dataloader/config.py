@@ -11,7 +11,6 @@ from lotus import _env
 TRACE_DIR_ENV = _env.TRACE_DIR
 ITT_ENV = _env.ITT
 TELEMETRY_ENV = _env.TELEMETRY
-WORKERS_ENV = _env.WORKERS
 STEPS_ENV = _env.STEPS
 REPLAY_ENV = _env.REPLAY
 DATASET_FILES_ENV = _env.DATASET_FILES
@@ -47,11 +46,6 @@ def _env_int(name: str) -> int | None:
     except ValueError:
         return None
     return value if value >= 0 else None
-
-
-def workers_override() -> int | None:
-    """num_workers forced on every DataLoader by ``lotus run --workers`` (None: the script's own)."""
-    return _env_int(WORKERS_ENV)
 
 
 def steps_limit() -> int | None:

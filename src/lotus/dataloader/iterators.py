@@ -262,6 +262,10 @@ class TracedMultiProcessingIter(_MainSide, compat.MultiProcessingIter):
 
     def _reset(self, loader, first_iter=False) -> None:
         self._lotus_inflight = [0] * self._num_workers
+        if first_iter and getattr(loader, "_lotus_rng_state", None) is not None:
+            from lotus.dataloader.auto import restore_rng
+
+            restore_rng(loader)  # num_workers="auto" restarted persistent workers (see lotus.dataloader.auto)
         if self._lt.on:
             try:
                 self._lotus_epoch_start()

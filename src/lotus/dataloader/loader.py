@@ -15,6 +15,7 @@ from typing import TypeVar
 import torch.utils.data
 
 from lotus._warn import warn_once
+from lotus.dataloader import overrides
 from lotus.dataloader.config import (
     DATASET_FILES_ENV,
     WorkerTraceConfig,
@@ -26,13 +27,14 @@ from lotus.dataloader.config import (
     resolve_telemetry,
     resolve_trace_dir,
     steps_limit,
-    workers_override,
 )
 from lotus.dataloader.policy import Policy, resolve_policy
 from lotus.dataloader.recorder import Recorder, make_itt
+from lotus.trace import schema as S
 from lotus.trace.writer import main_writer
 
 _TorchDataLoader = torch.utils.data.DataLoader
+_INIT_SIGNATURE = inspect.signature(_TorchDataLoader.__init__)
 T_co = TypeVar("T_co", covariant=True)
 
 
@@ -63,6 +65,8 @@ def _describe(loader: _TorchDataLoader, name: str | None) -> dict:
         "delivery_order": getattr(loader, "_lotus_policy", None) and loader._lotus_policy.delivery,
         "pid": os.getpid(),
         "num_workers_requested": getattr(loader, "_lotus_requested_workers", None),
+        "overrides": getattr(loader, "_lotus_overrides", None) or None,
+        "requested": getattr(loader, "_lotus_requested", None) or None,
         "cpus_available": _cpus_available(),
         "replay_batches": replay_batches() or None,
     }
@@ -110,6 +114,13 @@ class LoaderTrace:
     def record(self, name_id: int, start_ns: int, dur_ns: int, batch: int, sample: int, arg: int) -> None:
         w = self.w
         w.buf += w.pack(name_id, self.loader_id, self.epoch, start_ns, dur_ns, batch, sample, arg)
+
+    def record_workers_set(self, n: int) -> None:
+        """num_workers='auto' chose ``n`` workers for the epoch about to start."""
+        if self.on:
+            from lotus.dataloader.recorder import mono
+
+            self.record(S.EV_WORKERS_SET, mono(), 0, S.NO_ID, S.NO_ID, n)
 
     def maybe_flush(self, now_ns: int) -> None:
         self.w.maybe_flush(now_ns)
@@ -215,9 +226,23 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
         self._lotus_wrapping = False
         self._lotus_policy = Policy()
         self._lotus_requested_workers = None
-        forced = workers_override()
-        if forced is not None:
-            args, kwargs, self._lotus_requested_workers = _force_workers(args, kwargs, forced)
+        self._lotus_auto = None
+        auto_cpus = None
+        if "auto" in args or kwargs.get("num_workers") == "auto":
+            from lotus.dataloader.auto import cpus_available, first_count
+
+            auto_cpus = cpus_available()
+            args, kwargs, wants_auto = _take_auto(args, kwargs, lambda: first_count(auto_cpus))
+        else:
+            wants_auto = False
+        self._lotus_overrides = overrides.from_env()
+        if wants_auto and "num_workers" in self._lotus_overrides:
+            wants_auto = False  # lotus run --workers N decides
+        self._lotus_requested = {}
+        if self._lotus_overrides:
+            args, kwargs, self._lotus_requested = overrides.apply(_INIT_SIGNATURE, args, kwargs,
+                                                                   self._lotus_overrides)
+            self._lotus_requested_workers = self._lotus_requested.get("num_workers")
         if worker_assignment is not None or delivery_order is not None:
             workers = _num_workers_of(args, kwargs)
             self._lotus_policy, in_order = resolve_policy(worker_assignment, delivery_order,
@@ -225,6 +250,10 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
             if in_order is not None:
                 kwargs["in_order"] = in_order
         super().__init__(*args, **kwargs)
+        if wants_auto:
+            from lotus.dataloader.auto import AutoWorkers
+
+            self._lotus_auto = AutoWorkers(self, auto_cpus)
         directory = resolve_trace_dir(trace_dir)
         if directory is None:
             return
@@ -265,6 +294,8 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
         lt = self._lotus
         if lt is not None:
             lt.epoch += 1
+        if self._lotus_auto is not None:
+            self._lotus_auto.before_epoch(self, lt)
         return super().__iter__()
 
     def _get_iterator(self):
@@ -288,29 +319,16 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
         return self._lotus.trace_dir if self._lotus is not None else None
 
 
-def _force_workers(args: tuple, kwargs: dict, workers: int) -> tuple[tuple, dict, int]:
-    """``lotus run --workers N``: the arguments with num_workers=N (and what the script asked for).
+def _take_auto(args: tuple, kwargs: dict, count) -> tuple[tuple, dict, bool]:
+    """``num_workers="auto"`` (keyword or positional) replaced by ``count()`` for torch never to see it."""
+    from lotus.dataloader.auto import AUTO
 
-    With N=0, worker-only settings the script passed (persistent_workers, prefetch_factor...) are
-    reset so torch accepts the call."""
-    params = list(inspect.signature(_TorchDataLoader.__init__).parameters)[1:]
-    args = list(args)
-    requested = _num_workers_of(tuple(args), kwargs)
-
-    def put(name, value):
-        i = params.index(name) if name in params else -1
-        if 0 <= i < len(args):
-            args[i] = value
-        elif name in params or name in kwargs:
-            kwargs[name] = value
-
-    put("num_workers", workers)
-    if workers == 0:
-        put("persistent_workers", False)
-        put("prefetch_factor", None)
-        put("timeout", 0)
-        put("multiprocessing_context", None)
-    return tuple(args), kwargs, requested
+    if kwargs.get("num_workers") == AUTO:
+        return args, {**kwargs, "num_workers": count()}, True
+    i = list(_INIT_SIGNATURE.parameters)[1:].index("num_workers")
+    if i < len(args) and args[i] == AUTO:
+        return (*args[:i], count(), *args[i + 1:]), kwargs, True
+    return args, kwargs, False
 
 
 def _num_workers_of(args: tuple, kwargs: dict) -> int:

@@ -31,6 +31,7 @@ class LaunchOptions:
     capture: bool = False  # write the job's stdout/stderr to files in the trace dir instead of passing them on
     grace_s: float = 30.0  # after --steps is reached: how long the job may take to exit before it is stopped
     timeout_s: float | None = None  # stop the job after this many seconds (exit code 124)
+    loader_args: dict = field(default_factory=dict)  # DataLoader settings to force (lotus.dataloader.overrides)
     replay: int | None = None  # prepare this many batches, then replay them (ingestion-limit probe)
     list_dataset_files: bool = False  # loaders write their dataset's file list into the trace dir
     on_start: object = None  # callable(pid) run right after the job started (pid = its process group)
@@ -114,8 +115,12 @@ def job_env(options: LaunchOptions, trace_dir: Path | None, base: dict[str, str]
     env["PYTHONPATH"] = boot_dir() + (os.pathsep + old if old else "")
     env[_env.LAUNCH] = "1"
     for name in (_env.TRACE_DIR, _env.WORKERS, _env.STEPS, _env.ITT, _env.TELEMETRY, _env.REPLAY,
-                 _env.DATASET_FILES):
+                 _env.DATASET_FILES, _env.LOADER_ARGS):
         env.pop(name, None)
+    if options.loader_args:
+        import json
+
+        env[_env.LOADER_ARGS] = json.dumps(options.loader_args)
     if options.trace and trace_dir is not None:
         env[_env.TRACE_DIR] = str(Path(trace_dir).resolve())
     if options.workers is not None:

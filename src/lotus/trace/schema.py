@@ -109,6 +109,7 @@ BUILTIN_EVENTS: tuple[EventKind, ...] = (
     EventKind(24, "exhausted", "marker",
               "a worker's fetch of batch_id found its IterableDataset exhausted: no batch was made "
               "(dur = time spent finding out); never a batch row"),
+    EventKind(25, "workers_set", "marker", "num_workers='auto' chose arg workers for the epoch about to start"),
 )
 
 EVENTS_BY_NAME: dict[str, EventKind] = {e.name: e for e in BUILTIN_EVENTS}
@@ -141,6 +142,7 @@ EV_GPU_SM_CLOCK = 21
 EV_GPU_MEM_CLOCK = 22
 EV_USER_STEP = 23
 EV_EXHAUSTED = 24
+EV_WORKERS_SET = 25
 
 # Keys of the JSON header.
 HEADER_KEYS = {
