@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hw": ("lotus.commands.hw:hw", "Attribute hardware metrics (VTune/uProf) to Python ops."),
     "top": ("lotus.commands.top:top", "Live view of a running job from the trace files it is writing."),
     "whatif": ("lotus.commands.whatif:whatif", "Predict samples/s for other workers, CPUs and cache sizes."),
+    "tune": ("lotus.commands.tune:tune", "Find the DataLoader settings that maximise samples/s."),
     "power": ("lotus.commands.power:power", "GPU power and energy: bench, predict, plan under a power cap."),
 }
 
@@ -129,8 +130,9 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
 def cli(verbose: int, quiet: bool) -> None:
     """lotus: where the time of your PyTorch input pipeline goes, and why the GPU sits idle.
 
-    Trace a training script without editing it: LOTUS_TRACE_DIR=DIR python train.py
-    (with `from lotus.dataloader import DataLoader`), then `lotus analyze verdict --data-dir DIR`.
+    Trace any training command without editing it: `lotus run -- python train.py`; watch it with
+    `lotus top`; then `lotus analyze verdict --data-dir lotus-runs/<run>`. What would make it faster:
+    `lotus whatif`, `lotus tune`, `lotus stalls`, `lotus sensitivity`.
     """
     _setup_logging(verbose, quiet)
 

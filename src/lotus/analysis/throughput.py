@@ -1,10 +1,16 @@
 """Throughput of the training loop from a trace: samples/s handed to the loop, per loader and in all.
 
-Steady state: per (rank, loader, epoch) the samples of every consumed batch but the first, over the time
-from the first to the last consumption (the first batch's wait is start-up: worker launch, cold
-reads). Epochs add up (samples and time); ranks run side by side, so their rates add up. The headline
-is the loader that handed out the most batches per rank (the training loader when a script also
-validates). Failed batches and exhausted fetches are not batches (``ok_batches``).
+Two measures, per (rank, loader); ranks run side by side, so their rates add up:
+
+* ``skip="ramp"`` (default; what a launcher probe reports): from the hand-off of the *ramp*'s last batch
+  to the last hand-off of the run, epoch starts inside counted. The ramp is the ``num_workers x
+  prefetch_factor`` batches (1 without workers) that can all be ready before the loop's first request:
+  they go at the step's pace, so counting them favours many workers on short probes.
+* ``skip="epoch"`` (the steady state inside epochs, what lotus.model simulates): the same per epoch,
+  without the epoch starts, summed over epochs.
+
+Failed batches and exhausted fetches are not batches (``ok_batches``). The headline is the loader that
+handed out the most batches (the training loader when a script also validates).
 
 ``summarize_run(path)`` is what a launcher probe reports: this, plus the verdict's wait share; for a
 replay probe (``LOTUS_REPLAY``) only the replayed batches count (the loop's ingestion rate).
@@ -26,15 +32,32 @@ def _batch_size(loaders: dict, rank: int, loader: int):
     return int(bs) if isinstance(bs, int) and bs > 0 else None
 
 
-def loader_throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False):
-    """One row per (rank, loader): batches, samples, steady_samples, steady_s, samples_per_s.
+def ramp_batches(desc: dict | None) -> int:
+    """Batches that can be ready before the loop's first request: ``num_workers x prefetch_factor`` (>= 1)."""
+    desc = desc or {}
+    w = desc.get("num_workers") if isinstance(desc.get("num_workers"), int) else 0
+    pf = desc.get("prefetch_factor") if isinstance(desc.get("prefetch_factor"), int) else 2
+    return max(w * pf, 1)
 
-    ``replayed_only``: only batches that lotus replayed (``LOTUS_REPLAY``: consumed, never prepared),
-    i.e. the loop's ingestion rate without loading."""
+
+def _rate(t: np.ndarray, n: np.ndarray, k: int) -> tuple[float, float]:
+    """(samples, seconds) after the ``k``-th of the sorted hand-offs ``t`` (k at most len - 2; >= 1)."""
+    if len(t) < 2:
+        return 0.0, 0.0
+    k = max(1, min(k, len(t) - 2)) if len(t) > 2 else 1
+    return float(np.nansum(n[k:])), float(t[-1] - t[k - 1]) / 1e9
+
+
+def loader_throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False, skip: str = "ramp"):
+    """One row per (rank, loader): batches, samples, steady_samples, steady_s, samples_per_s (see the
+    module doc for ``skip``). ``replayed_only``: only batches lotus replayed (``LOTUS_REPLAY``: consumed,
+    never prepared), i.e. the loop's ingestion rate without loading."""
     import pandas as pd
 
     from lotus.trace.batches import ok_batches
 
+    if skip not in ("ramp", "epoch"):
+        raise ValueError(f"skip must be 'ramp' or 'epoch', not {skip!r}")
     cols = ["rank", "loader", "batches", "samples", "steady_samples", "steady_s", "samples_per_s"]
     b = ok_batches(batches)
     b = b[b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]
@@ -44,27 +67,29 @@ def loader_throughput(batches, loaders: dict | None = None, *, replayed_only: bo
         return pd.DataFrame(columns=cols)
     rows = []
     for (rank, loader), g in b.groupby(["rank", "loader"], sort=True):
+        desc = (loaders or {}).get((int(rank), int(loader))) or {}
         fallback = _batch_size(loaders, int(rank), int(loader))
         n = g["n_samples"].astype("Float64")
         if fallback is not None:
             n = n.fillna(fallback)
-        g = g.assign(_n=n.fillna(np.nan).astype("float64"), _t=g["consumed_ns"].astype("int64"))
+        g = g.assign(_n=n.to_numpy(np.float64, na_value=np.nan), _t=g["consumed_ns"].astype("int64"))
+        k = 1 if replayed_only else ramp_batches(desc)
         steady_n = steady_t = 0.0
-        for _, e in g.groupby("epoch", sort=True):
-            if len(e) < 2:
-                continue
-            e = e.sort_values("_t")
-            steady_n += float(np.nansum(e["_n"].to_numpy()[1:]))
-            steady_t += float(e["_t"].iloc[-1] - e["_t"].iloc[0]) / 1e9
+        parts = [g] if skip == "ramp" else [e for _, e in g.groupby("epoch", sort=True)]
+        for part in parts:
+            part = part.sort_values("_t")
+            dn, dt = _rate(part["_t"].to_numpy(np.float64), part["_n"].to_numpy(), k)
+            steady_n += dn
+            steady_t += dt
         rows.append({"rank": int(rank), "loader": int(loader), "batches": len(g),
                      "samples": float(np.nansum(g["_n"].to_numpy())), "steady_samples": steady_n,
                      "steady_s": steady_t, "samples_per_s": steady_n / steady_t if steady_t > 0 else None})
     return pd.DataFrame(rows, columns=cols)
 
 
-def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
+def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False, skip: str = "ramp") -> dict:
     """Samples/s of the main loader (summed over ranks), and the per-loader table as records."""
-    per = loader_throughput(batches, loaders, replayed_only=replayed_only)
+    per = loader_throughput(batches, loaders, replayed_only=replayed_only, skip=skip)
     if per.empty:
         return {"samples_per_s": None, "batches": 0, "samples": 0, "loader": None, "loaders": []}
     by_loader = per.groupby("loader")["batches"].sum()
@@ -88,6 +113,7 @@ def summarize_run(path: str | os.PathLike) -> dict:
         return {"traced": False, "reason": str(exc)}
     v = verdict(cfg.events, cfg.batches, loaders=cfg.loaders)
     replayed = any(isinstance(d, dict) and d.get("replay_batches") for d in cfg.loaders.values())
-    t = throughput(cfg.batches, cfg.loaders, replayed_only=replayed)
+    # a replay probe: the replayed batches inside epochs (an epoch start prepares batches anew: not ingestion)
+    t = throughput(cfg.batches, cfg.loaders, replayed_only=replayed, skip="epoch" if replayed else "ramp")
     return {"traced": True, **t, "wait_share": v["wait_share"], "steady_wait_share": v["steady_wait_share"],
             "class": v["class"], "verdict": v, "name": cfg.name}

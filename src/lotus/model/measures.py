@@ -123,7 +123,7 @@ def int_or_none(v) -> int | None:
 def measured_rate(run, loader: int, ranks: int) -> float | None:
     from lotus.analysis.throughput import loader_throughput
 
-    per = loader_throughput(run.batches, run.loaders)
+    per = loader_throughput(run.batches, run.loaders, skip="epoch")  # steady state inside epochs, as simulated
     per = per[per["loader"] == loader]
     rates = per["samples_per_s"].dropna()
     return float(rates.sum()) / ranks if len(rates) else None

@@ -1,0 +1,132 @@
+"""``lotus tune [OPTIONS] -- COMMAND...``: the DataLoader settings that maximise samples/s (model + probes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+_KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
+
+
+def _cpus(ctx, param, value):
+    if value is None:
+        return None
+    from lotus.launch.options import parse_cpus
+
+    try:
+        return parse_cpus(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _only(ctx, param, value):
+    if value is None:
+        return None
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [n for n in names if n not in _KNOBS]
+    if bad or not names:
+        raise click.BadParameter(f"{', '.join(bad) or value!r}: choose among {', '.join(_KNOBS)}")
+    return tuple(names)
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--steps", type=click.IntRange(5), default=50, show_default=True, help="Batches per probe.")
+@click.option("--cpus", callback=_cpus, default=None, metavar="LIST",
+              help="CPUs the job may use, e.g. 0-7 (affinity of every probe; default: all of this process's).")
+@click.option("--budget-minutes", type=click.FloatRange(0, min_open=True), default=10.0, show_default=True,
+              help="No probe starts that would end after this (the baseline always runs).")
+@click.option("--max-probes", type=click.IntRange(1), default=12, show_default=True, help="The baseline included.")
+@click.option("--max-workers", type=click.IntRange(0), default=None,
+              help="Largest num_workers tried (default 2x the CPUs per rank).")
+@click.option("--tolerance", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+              help="Prediction and measurement agree within this share.")
+@click.option("--min-gain", type=click.FloatRange(0, 1), default=0.02, show_default=True,
+              help="A setting other than the job's own must be measured this much faster.")
+@click.option("--only", callback=_only, default=None, metavar="LIST",
+              help=f"Tune only these settings ({','.join(_KNOBS)}).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
+              help="Stop a probe after this long (default: 5x the baseline's time, at least 120 s).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Every probe's trace directory and tune.json (default lotus-runs/tune-<script>-<time>/).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def tune(steps, cpus, budget_minutes, max_probes, max_workers, tolerance, min_gain, only, timeout_s, out, as_json,
+         command) -> None:
+    """Find the DataLoader settings of COMMAND that maximise samples/s.
+
+    One probe of the job as it is, then the throughput model proposes num_workers and short probes
+    (`lotus run --workers N --steps S`) verify around its optimum; then prefetch_factor, pin_memory and
+    persistent_workers. Prints the recommended DataLoader arguments, the measured gain over the job's
+    own settings, and every probe.
+
+    \b
+    lotus tune -- python train.py --epochs 1
+    lotus tune --cpus 0-15 --budget-minutes 5 --json -- python train.py
+    """
+    from lotus.launch.runner import CommandNotFound, LaunchError
+    from lotus.tune.tuner import tune as run_tune
+    from lotus.tune.types import TuneError
+
+    if not command:
+        raise click.UsageError("no command given: lotus tune [OPTIONS] -- COMMAND [ARGS]...")
+
+    def progress(line: str) -> None:
+        if not as_json:
+            click.echo(f"lotus tune: {line}", err=True)
+
+    try:
+        result = run_tune(list(command), out=out, steps=steps, cpus=cpus, budget_minutes=budget_minutes,
+                          max_probes=max_probes, max_workers=max_workers, tolerance=tolerance, min_gain=min_gain,
+                          only=only, timeout_s=timeout_s, progress=progress)
+    except CommandNotFound as exc:
+        click.echo(f"lotus: {exc}", err=True)
+        raise click.exceptions.Exit(127) from None
+    except LaunchError as exc:
+        raise click.UsageError(str(exc)) from None
+    except TuneError as exc:
+        tail = exc.stderr_tail.strip()
+        if tail:
+            click.echo("\n".join("  | " + line for line in tail.splitlines()[-15:]), err=True)
+        where = f" (trace: {exc.trace_dir})" if exc.trace_dir else ""
+        click.echo(f"lotus: error: {exc}{where}", err=True)
+        raise click.exceptions.Exit(1) from None
+    from lotus.analysis.jsonutil import dumps
+
+    if as_json:
+        click.echo(dumps(result.to_dict()))
+        return
+    _print(result)
+
+
+def _num(v, fmt="{:,.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _print(r) -> None:
+    failed = [p for p in r.probes if p.failed]
+    click.echo(f"lotus tune: {len(r.probes)} probes in {r.seconds:.0f} s ({r.cpus} CPUs); traces in {r.out}")
+    click.echo("  recommended:")
+    click.echo(f"    {r.best.snippet()}")
+    own = r.baseline
+    gain = f" ({r.gain:.2f}x)" if r.gain else ""
+    click.echo(f"  samples/s: {_num(r.samples_per_s)} measured with it, {_num(r.baseline_samples_per_s)} with the "
+               f"job's own settings (num_workers={own.num_workers}, prefetch_factor={own.prefetch_factor}, "
+               f"pin_memory={own.pin_memory}, persistent_workers={own.persistent_workers}){gain}")
+    if r.predicted_samples_per_s:
+        click.echo(f"  the model predicts {_num(r.predicted_samples_per_s)} samples/s at num_workers="
+                   f"{r.best.num_workers}; search: {r.stopped}")
+    click.echo(f"  {'probe':<24} {'workers':>7} {'pf':>3} {'pin':>5} {'persist':>7} {'samples/s':>10} "
+               f"{'predicted':>10} {'wait':>5} {'wall s':>7}")
+    for p in r.probes:
+        s = p.settings
+        rate = _num(p.samples_per_s) if not p.failed else f"FAILED {p.exit_code}"
+        click.echo(f"  {p.name:<24} {_num(s.get('num_workers'), '{}'):>7} {_num(s.get('prefetch_factor'), '{}'):>3} "
+                   f"{s.get('pin_memory')!s:>5} {s.get('persistent_workers')!s:>7} {rate:>10} "
+                   f"{_num(p.predicted_samples_per_s):>10} {_num(p.wait_share, '{:.0%}'):>5} {p.wall_s:>7.1f}")
+    for p in failed:
+        click.echo(f"  {p.name} failed (exit code {p.exit_code}); its stderr ends with:")
+        for line in (p.stderr_tail or "(nothing)").strip().splitlines()[-10:]:
+            click.echo(f"    | {line}")
+    for n in r.notes:
+        click.echo(f"  note: {n}")

@@ -1,0 +1,157 @@
+"""``tune(command, ...)``: the search of :mod:`lotus.tune.core` on real probes.
+
+Probes run through :func:`lotus.launch.launch` (``workers=N``, ``steps=S``, ``loader_args`` for the other
+settings, ``cpus`` for the affinity, output captured), each into its own trace directory under ``out``
+(``p00-baseline``, ``p01-num_workers``...). A probe runs ``steps`` batches *after* its ramp
+(``num_workers x prefetch_factor`` batches, see :mod:`lotus.tune.traceinfo`); the baseline, whose
+settings are unknown until its trace is read, runs ``2 x steps``. The model is :func:`lotus.model.fit`
+on the traces of every successful probe so far. Nothing here starts a process or fits a curve by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from lotus.tune.core import TuneOptions, run_tuning
+from lotus.tune.types import LoaderSettings, Measurement, TuneResult
+
+_log = logging.getLogger("lotus.tune")
+TAIL_CHARS = 2000
+
+
+def allowed_cpus() -> list[int]:
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def probe_steps(steps: int, settings: LoaderSettings, own: LoaderSettings | None = None) -> int:
+    """Batches a probe runs: ``steps`` after the ramp (2 x steps for the job's own, unknown, settings)."""
+    from lotus.analysis.throughput import ramp_batches
+
+    if settings.num_workers is None and own is None:
+        return 2 * steps
+    eff = settings.over(own) if own is not None else settings
+    ramp = ramp_batches({"num_workers": eff.num_workers, "prefetch_factor": eff.prefetch_factor})
+    return steps + (ramp if eff.num_workers else 0)
+
+
+def measurement_of(probe, settings: LoaderSettings, steps: int | None) -> Measurement:
+    """A launcher Probe -> Measurement (samples/s from the trace, the loader's settings, epoch facts)."""
+    from lotus.tune import traceinfo
+
+    m = Measurement(settings=settings, samples_per_s=None, wall_s=probe.wall_s, exit_code=probe.exit_code,
+                    trace_dir=str(probe.trace_dir) if probe.trace_dir is not None else None, steps=steps)
+    if probe.exit_code != 0:
+        m.stderr_tail = probe.stderr_tail()[-TAIL_CHARS:]
+    try:
+        summary = probe.summary()
+    except Exception as exc:  # a damaged trace: the probe counts as failed, the search goes on
+        m.traced, m.stderr_tail = False, (m.stderr_tail + f"\nlotus: the trace could not be read: {exc}").strip()
+        return m
+    m.traced = bool(summary.get("traced"))
+    if not m.traced:
+        return m
+    m.samples_per_s, m.wait_share = summary.get("samples_per_s"), summary.get("wait_share")  # ramp left out
+    try:
+        from lotus.model import load_run
+
+        run = load_run(probe.trace_dir)
+    except Exception as exc:
+        _log.warning("cannot read the trace of %s: %s", probe.trace_dir, exc)
+        return m
+    desc = traceinfo.description(run.loaders, run.batches)
+    m.effective = traceinfo.effective_settings(desc)
+    m.cuda = traceinfo.used_cuda(run.batches)
+    m.ranks = traceinfo.ranks(run.batches)
+    m.epochs = traceinfo.epoch_facts(run.events, run.batches, desc)
+    m.run = run
+    rate = m.samples_per_s
+    if rate:
+        bs = desc.get("batch_size")
+        if isinstance(bs, int) and bs > 0:  # the loop's steady time per batch, ramp left out
+            m.epochs.batch_interval_s = bs * m.ranks / rate
+    return m
+
+
+class JobProber:
+    """``probe(settings, phase, steps) -> Measurement`` by launching the job (see the module doc)."""
+
+    def __init__(self, command: list[str], out: Path, *, steps: int, cpus: list[int] | None,
+                 timeout_s: float | None, progress: Callable[[str], None] | None = None):
+        self.command, self.out, self.steps, self.cpus = command, out, steps, cpus
+        self.timeout_s, self.progress = timeout_s, progress
+        self.count = 0
+        self.first_wall_s: float | None = None
+        self.own: LoaderSettings | None = None  # the job's own settings, once the baseline told them
+
+    def __call__(self, settings: LoaderSettings, phase: str, steps: int | None = None) -> Measurement:
+        from lotus.launch import LaunchOptions, launch
+
+        steps = max(steps or 0, probe_steps(self.steps, settings, self.own))
+        name = f"p{self.count:02d}-{phase}"
+        self.count += 1
+        if self.progress is not None:
+            self.progress(f"probe {name}: {settings.label()}, {steps} steps")
+        timeout = self.timeout_s
+        if timeout is None and self.first_wall_s is not None:  # a probe far slower than the job's own is cut
+            timeout = max(120.0, 5 * self.first_wall_s * steps / (2 * self.steps))
+        probe = launch(self.command, LaunchOptions(
+            trace_dir=self.out / name, steps=steps, workers=settings.num_workers, loader_args=settings.loader_args(),
+            cpus=self.cpus, capture=True, timeout_s=timeout))
+        if probe.stopped == "interrupt":  # Ctrl-C reached the job: stop tuning (the traces so far stay)
+            raise KeyboardInterrupt
+        if self.first_wall_s is None:
+            self.first_wall_s = probe.wall_s
+        m = measurement_of(probe, settings, steps)
+        if self.own is None and m.effective is not None:
+            self.own = m.effective
+        _log.info("%s: %s samples/s, exit code %d, %.1f s", name,
+                  f"{m.samples_per_s:,.1f}" if m.samples_per_s else "-", m.exit_code, m.wall_s)
+        return m
+
+
+def fit_model(measurements: list[Measurement]):
+    """:func:`lotus.model.fit` on the traces of ``measurements``."""
+    from lotus.model import fit
+
+    runs = [m.run if m.run is not None else m.trace_dir for m in measurements if m.trace_dir or m.run is not None]
+    return fit(runs)
+
+
+def tune(command: list[str], *, out: str | os.PathLike | None = None, steps: int = 50,
+         cpus: list[int] | None = None, budget_minutes: float | None = 10.0, max_probes: int = 12,
+         max_workers: int | None = None, tolerance: float = 0.05, near_best: float = 0.02, min_gain: float = 0.02,
+         only: tuple[str, ...] | None = None, timeout_s: float | None = None,
+         progress: Callable[[str], None] | None = None) -> TuneResult:
+    """Find the DataLoader settings that maximise the samples/s of ``command`` (see docs/tune.md).
+
+    Raises :class:`lotus.launch.runner.CommandNotFound` / ``LaunchError`` before anything runs, and
+    :class:`lotus.tune.types.TuneError` when the job's own run fails or creates no DataLoader."""
+    from lotus.launch.options import default_trace_dir, script_name
+    from lotus.launch.runner import check_cpus, resolve_command
+
+    command = resolve_command(list(command))
+    check_cpus(cpus)
+    out = Path(out) if out is not None else default_trace_dir([f"tune-{script_name(command)}"])
+    out.mkdir(parents=True, exist_ok=True)
+    options = TuneOptions(steps=steps, budget_minutes=budget_minutes, max_probes=max_probes, max_workers=max_workers,
+                          tolerance=tolerance, near_best=near_best, min_gain=min_gain,
+                          **({"only": tuple(only)} if only else {}))
+    prober = JobProber(command, out, steps=steps, cpus=cpus, timeout_s=timeout_s, progress=progress)
+    n_cpus = len(cpus) if cpus else len(allowed_cpus())
+    result = run_tuning(prober, fit_model, cpus=float(n_cpus), options=options, command=command)
+    result.out = str(out)
+    from lotus.analysis.jsonutil import dumps
+
+    try:
+        (out / "tune.json").write_text(dumps(result.to_dict()))
+    except OSError as exc:
+        _log.warning("cannot write %s: %s", out / "tune.json", exc)
+    return result
+
+
+__all__ = ["JobProber", "allowed_cpus", "fit_model", "measurement_of", "probe_steps", "tune"]

@@ -1,0 +1,70 @@
+"""``lotus tune`` end to end on a tiny job (real probes through lotus.launch, the real model)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+JOB = str(Path(__file__).resolve().parent / "jobs" / "tiny_job.py")
+
+
+def _lotus(*args, timeout=150):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOTUS_")}
+    return subprocess.run([sys.executable, "-m", "lotus", "tune", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+@pytest.mark.timeout(150)
+def test_tune_end_to_end_json(tmp_path):
+    out = tmp_path / "t"
+    r = _lotus("--steps", "10", "--max-probes", "6", "--budget-minutes", "2", "--out", str(out), "--json", "--",
+               sys.executable, JOB, "--item-ms", "2", "--step-ms", "3")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {"best", "samples_per_s", "baseline_samples_per_s", "probes", "seconds"} <= set(doc)
+    assert set(doc["best"]) == {"num_workers", "prefetch_factor", "pin_memory", "persistent_workers"}
+    probes = doc["probes"]
+    assert 2 <= len(probes) <= 6 and probes[0]["phase"] == "baseline"
+    base = probes[0]
+    assert base["settings"]["num_workers"] == 1 and base["samples_per_s"] > 0 and not base["failed"]
+    assert doc["baseline_samples_per_s"] == base["samples_per_s"]
+    # the best was measured: one probe ran with its num_workers and gave its samples/s
+    assert any(p["samples_per_s"] == doc["samples_per_s"] and p["settings"]["num_workers"] == doc["best"]["num_workers"]
+               for p in probes)
+    assert doc["samples_per_s"] >= doc["baseline_samples_per_s"]
+    assert any(p["phase"] == "num_workers" for p in probes)
+    assert all(Path(p["trace_dir"]).parent == out for p in probes)
+    assert (out / "tune.json").exists()
+    assert any("pin_memory" in n and "no-op" in n for n in doc["notes"])  # CPU only
+    assert doc["seconds"] < 120
+
+
+@pytest.mark.timeout(120)
+def test_crashing_probes_are_marked_and_tuning_goes_on(tmp_path):
+    from lotus.tune import tune
+
+    r = tune([sys.executable, JOB, "--crash-if-forced"], out=tmp_path / "t", steps=8, max_probes=3,
+             only=("num_workers",))
+    base, *rest = r.probes
+    assert not base.failed and base.samples_per_s > 0
+    assert len(rest) == 2 and all(p.failed and p.exit_code == 3 for p in rest)
+    assert all("refusing num_workers" in p.stderr_tail for p in rest)
+    assert r.best.num_workers == 1 and r.samples_per_s == base.samples_per_s  # the job's own, the only one that ran
+
+
+@pytest.mark.timeout(120)
+def test_bad_input_exit_codes(tmp_path):
+    r = _lotus()
+    assert r.returncode == 2 and "no command" in r.stderr
+    r = _lotus("--", "no-such-command-xyz")
+    assert r.returncode == 127 and r.stderr.strip().count("\n") == 0 and "not found" in r.stderr
+    r = _lotus("--out", str(tmp_path / "n"), "--", sys.executable, JOB, "--no-loader")
+    assert r.returncode == 1
+    errors = [line for line in r.stderr.splitlines() if line.startswith("lotus: error")]
+    assert len(errors) == 1 and "no DataLoader" in errors[0]
+    assert not (tmp_path / "n" / "p01-num_workers").exists()  # nothing after the first probe

@@ -1,0 +1,139 @@
+"""prefetch_factor, pin_memory, persistent_workers after num_workers, with the fake job of known truth."""
+
+from __future__ import annotations
+
+import pytest
+
+from lotus.tune.core import TuneOptions, run_tuning
+from lotus.tune.knobs import epoch_gain
+from lotus.tune.types import LoaderSettings
+
+from .fakes import CPUS, FakeJob, fitter, truth
+
+
+def _tune(job, **kw):
+    opts = TuneOptions(budget_minutes=None, steps=20, **kw)
+    return run_tuning(job, fitter(), cpus=CPUS, options=opts, clock=job.clock)
+
+
+def _phase(r, phase):
+    return [p for p in r.probes if p.phase == phase]
+
+
+def test_all_settings_in_order_and_the_json():
+    job = FakeJob(cuda=True)
+    r = _tune(job)
+    phases = [p.phase for p in r.probes]
+    assert phases[0] == "baseline"
+    order = [ph for i, ph in enumerate(phases) if ph not in phases[:i]]
+    assert order == ["baseline", "num_workers", "prefetch_factor", "pin_memory", "persistent_workers"]
+    assert r.best == LoaderSettings(num_workers=6, prefetch_factor=4, pin_memory=True, persistent_workers=True)
+    assert r.samples_per_s == pytest.approx(truth(6, 4, True))
+    assert r.gain == pytest.approx(truth(6, 4, True) / truth(2))
+    d = r.to_dict()
+    assert {"best", "samples_per_s", "baseline_samples_per_s", "probes", "seconds"} <= set(d)
+    assert set(d["best"]) == {"num_workers", "prefetch_factor", "pin_memory", "persistent_workers"}
+    assert {"name", "phase", "settings", "samples_per_s", "predicted_samples_per_s", "wait_share", "failed",
+            "stderr_tail", "trace_dir"} <= set(d["probes"][0])
+    assert r.best.snippet() == ("DataLoader(..., num_workers=6, prefetch_factor=4, pin_memory=True, "
+                                "persistent_workers=True)")
+
+
+def test_prefetch_ladder_stops_at_the_first_step_without_gain():
+    r = _tune(FakeJob(), only=("num_workers", "prefetch_factor"))
+    tried = [p.settings["prefetch_factor"] for p in _phase(r, "prefetch_factor")]
+    assert tried == [4, 8]  # 4 gains 10 %, 8 nothing more: kept 4
+    assert r.best.prefetch_factor == 4
+
+
+def test_prefetch_not_tried_when_batches_arrive_in_time():
+    r = _tune(FakeJob(wait_share=0.01), only=("num_workers", "prefetch_factor"))
+    # the fake model predicts the 10 % gain of prefetch 4, so it is still tried once
+    assert [p.settings["prefetch_factor"] for p in _phase(r, "prefetch_factor")] == [4, 8]
+
+    class Flat:
+        def predict(self, num_workers, cpus, prefetch_factor=None, **kw):
+            from types import SimpleNamespace
+
+            return SimpleNamespace(samples_per_s=truth(num_workers), wait_share=0.0,
+                                   input_samples_per_s=truth(num_workers) * 2)
+
+    job = FakeJob(wait_share=0.01)
+    r = run_tuning(job, lambda ms: Flat(), cpus=CPUS, clock=job.clock,
+                   options=TuneOptions(budget_minutes=None, only=("num_workers", "prefetch_factor")))
+    assert not _phase(r, "prefetch_factor") and r.best.prefetch_factor == 2
+    assert any(n.startswith("prefetch_factor: kept at 2") for n in r.notes)
+
+
+def test_pin_memory_skipped_without_cuda():
+    r = _tune(FakeJob(cuda=False), only=("num_workers", "pin_memory"))
+    assert not _phase(r, "pin_memory") and r.best.pin_memory is False
+    assert any("no-op" in n for n in r.notes)
+
+
+def test_pin_memory_measured_with_cuda():
+    r = _tune(FakeJob(cuda=True), only=("pin_memory",))
+    (p,) = _phase(r, "pin_memory")
+    assert p.settings["pin_memory"] is True and r.best.pin_memory is True
+    assert r.best.num_workers == 2  # the job's own: num_workers not tuned
+
+
+def test_persistent_workers_measured_across_an_epoch():
+    r = _tune(FakeJob(batches_per_epoch=10, restart_s=0.5), only=("persistent_workers",))
+    probes = _phase(r, "persistent_workers")
+    assert probes and all(p.steps == 20 for p in probes)  # 10 per epoch + 10: crosses a boundary
+    assert r.best.persistent_workers is True and r.epoch_gain > 0.1
+
+
+def test_persistent_workers_estimated_for_long_epochs():
+    job = FakeJob(batches_per_epoch=100_000, restart_s=0.5)
+    r = _tune(job, only=("persistent_workers",))
+    assert not _phase(r, "persistent_workers")  # no probe: an epoch is far longer than a probe
+    assert r.best.persistent_workers is False  # 0.45 s per epoch of ~1400 s: not worth switching
+    assert 0 < r.epoch_gain < 0.01
+    assert any("estimated" in n for n in r.notes)
+    r = _tune(FakeJob(batches_per_epoch=200, restart_s=5.0), only=("persistent_workers",))
+    assert r.best.persistent_workers is True and r.epoch_gain > 0.01
+
+
+def test_epoch_gain():
+    assert epoch_gain(1.0, 0.0, 9.0) == pytest.approx(0.1)
+    assert epoch_gain(0.0, 0.0, 9.0) == 0.0
+    assert epoch_gain(0.1, 0.5, 9.0) < 0
+
+
+def test_zero_workers_best_has_no_worker_settings():
+    job = FakeJob(own=LoaderSettings(num_workers=0, prefetch_factor=None, pin_memory=False, persistent_workers=False))
+    r = _tune(job, only=("prefetch_factor", "persistent_workers"))
+    assert r.best == LoaderSettings(num_workers=0, prefetch_factor=None, pin_memory=False, persistent_workers=False)
+    assert r.best.snippet() == "DataLoader(..., num_workers=0, pin_memory=False)"
+    assert len(r.probes) == 1
+
+
+def test_short_epochs_search_workers_with_persistent_ones():
+    # probes of 20 batches cross epochs of 10: restarting workers (0.5 s) dwarfs an epoch (~0.1 s)
+    job = FakeJob(batches_per_epoch=10, restart_s=0.5, default_steps=20)
+    r = _tune(job, only=("num_workers", "persistent_workers"))
+    assert any(n.startswith("num_workers: searched with persistent_workers=True") for n in r.notes)
+    assert all(p.forced.get("persistent_workers") is True for p in r.probes if p.phase == "num_workers")
+    assert r.best.num_workers == 6 and r.best.persistent_workers is True
+    assert [p.forced.get("persistent_workers") for p in _phase(r, "persistent_workers")] == [False]
+    # without persistent_workers to tune, the workers are searched as the job has them
+    r = _tune(FakeJob(batches_per_epoch=10, default_steps=20), only=("num_workers",))
+    assert not any(p.forced.get("persistent_workers") for p in r.probes)
+
+
+def test_never_recommends_what_measured_slower_than_the_job():
+    job = FakeJob(batches_per_epoch=10, restart_s=0.5, default_steps=20,
+                  own=LoaderSettings(num_workers=6, prefetch_factor=2, pin_memory=False, persistent_workers=False))
+
+    def slower_when_persistent(settings, phase, steps=None):
+        m = job(settings, phase, steps)
+        if m.ok and settings.persistent_workers and phase == "num_workers":
+            m.samples_per_s *= 0.5
+        return m
+
+    r = run_tuning(slower_when_persistent, fitter(), cpus=CPUS, clock=job.clock,
+                   options=TuneOptions(budget_minutes=None, only=("num_workers", "persistent_workers")))
+    assert r.samples_per_s == r.baseline_samples_per_s and r.best.num_workers == 6
+    assert any("nothing measured faster" in n for n in r.notes)

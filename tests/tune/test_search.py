@@ -1,0 +1,139 @@
+"""The search over num_workers with a fake job of known truth (best at 6 workers on 8 CPUs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lotus.tune.core import TuneOptions, run_tuning
+from lotus.tune.search import choose, neighbour_step, next_workers, worker_candidates
+from lotus.tune.types import LoaderSettings, TuneError
+
+from .fakes import CPUS, FakeJob, fitter, optimistic, truth
+
+WORKERS = TuneOptions(only=("num_workers",), budget_minutes=None)
+
+
+def _tune(job, fit=None, options=WORKERS):
+    return run_tuning(job, fit or fitter(), cpus=CPUS, options=options, clock=job.clock)
+
+
+def _worker_probes(r):
+    return [p for p in r.probes if p.phase == "num_workers"]
+
+
+def test_truth_is_best_at_six():
+    rates = {w: truth(w) for w in range(17)}
+    assert max(rates, key=rates.get) == 6
+
+
+def test_candidates_and_neighbours():
+    assert worker_candidates(8.0) == list(range(17))
+    big = worker_candidates(64.0)
+    assert big[:17] == list(range(17)) and big[-1] == 128 and len(big) < 60
+    assert worker_candidates(4.0, max_workers=3) == [0, 1, 2, 3]
+    assert [neighbour_step(w) for w in (0, 6, 15, 16, 40)] == [1, 1, 1, 2, 5]
+    assert choose({4: 100.0, 6: 101.5, 8: 102.0}, 0.02) == 4  # free CPUs are worth something
+    assert choose({4: 90.0, 6: 101.5, 8: 102.0}, 0.02) == 6
+
+
+def test_next_workers_rules():
+    cands = list(range(9))
+    pred = {w: truth(w) for w in cands}
+    assert next_workers({2: truth(2)}, set(), pred, cands, 0.05, 0.02) == (6, "proposal")
+    nxt, why = next_workers({2: truth(2), 6: truth(6)}, set(), pred, cands, 0.05, 0.02)
+    assert why == "neighbour" and nxt in (5, 7)
+    done = {w: truth(w) for w in (2, 5, 6, 7)}
+    nxt, why = next_workers(done, set(), pred, cands, 0.05, 0.02)
+    assert nxt is None and why.startswith("converged")
+    # a crashed neighbour counts as checked
+    nxt, why = next_workers({2: truth(2), 6: truth(6), 5: truth(5)}, {7}, pred, cands, 0.05, 0.02)
+    assert nxt is None
+    # no model: a local climb around the measured best
+    assert next_workers({2: 300.0}, set(), {}, cands, 0.05, 0.02)[0] in (1, 3)
+
+
+@pytest.mark.parametrize("fit", [
+    pytest.param(fitter(), id="exact-model"),
+    pytest.param(fitter(shape=optimistic), id="one-run-optimistic-model"),
+    pytest.param(fitter(scale=0.7), id="model-30pct-low"),
+    pytest.param(fitter(scale=1.3, shape=lambda w: 100.0 + 40 * w, learn_after=3), id="wrong-shape-then-learns"),
+])
+def test_converges_to_the_true_optimum_with_few_probes(fit):
+    job = FakeJob()
+    r = _tune(job, fit)
+    assert r.best.num_workers == 6
+    assert r.samples_per_s == pytest.approx(truth(6))
+    assert r.baseline_samples_per_s == pytest.approx(truth(2)) and r.baseline.num_workers == 2
+    assert len(r.probes) <= 6 < 17  # an exhaustive sweep of 0..16 takes 17 probes
+    probed = {p.settings["num_workers"] for p in r.probes}
+    assert {5, 6, 7} <= probed  # the best's neighbours were checked
+
+
+def test_stops_when_prediction_and_probes_agree():
+    r = _tune(FakeJob())
+    assert r.stopped.startswith("converged")
+    assert r.predicted_samples_per_s == pytest.approx(truth(6))
+    assert [p.settings["num_workers"] for p in r.probes][:2] == [2, 6]  # the model's proposal first
+
+
+def test_noisy_probes_still_land_near_the_optimum():
+    for seed in range(5):
+        r = _tune(FakeJob(noise=0.03, seed=seed))
+        assert truth(r.best.num_workers) >= 0.95 * truth(6)
+
+
+def test_respects_the_time_budget():
+    job = FakeJob(wall_s=30.0)
+    opts = TuneOptions(only=("num_workers",), budget_minutes=2.0)
+    r = _tune(job, fitter(shape=lambda w: 100.0 + 40 * w, learn_after=99), opts)
+    assert r.seconds <= 120.0
+    assert len(r.probes) == 4 and r.stopped == "budget spent"
+    assert r.samples_per_s == max(p.samples_per_s for p in r.probes)
+
+
+def test_respects_the_probe_cap():
+    r = _tune(FakeJob(), options=TuneOptions(only=("num_workers",), max_probes=2, budget_minutes=None))
+    assert len(r.probes) == 2 and r.stopped == "budget spent"
+
+
+def test_a_crashing_probe_is_reported_and_the_search_goes_on():
+    job = FakeJob(crash_at={6})
+    r = _tune(job)
+    failed = [p for p in r.probes if p.failed]
+    assert len(failed) == 1 and failed[0].settings["num_workers"] == 6
+    assert "out of memory" in failed[0].stderr_tail and failed[0].exit_code == 1
+    assert failed[0].to_dict()["failed"] is True
+    assert r.best.num_workers in (5, 7)  # the best that could run
+    assert not any(p.stderr_tail for p in r.probes if not p.failed)
+
+
+def test_no_dataloader_and_failed_baseline_end_the_tuning():
+    with pytest.raises(TuneError, match="no DataLoader"):
+        _tune(FakeJob(traced=False))
+    job = FakeJob(crash_at={2})
+    job.calls.clear()
+
+    def crash_all(settings, phase, steps=None):
+        m = job(settings, "x", steps)
+        m.exit_code, m.samples_per_s, m.stderr_tail = 2, None, "boom"
+        return m
+
+    with pytest.raises(TuneError, match="exit code 2") as e:
+        run_tuning(crash_all, fitter(), cpus=CPUS, options=WORKERS)
+    assert e.value.stderr_tail == "boom"
+
+
+def test_model_failure_leaves_the_probes_to_decide():
+    def broken(ms):
+        raise ValueError("no events")
+
+    r = _tune(FakeJob(), broken)
+    assert any("could not be fitted" in n for n in r.notes)
+    assert truth(r.best.num_workers) >= truth(3)  # a local climb from the job's 2 workers
+    assert all(p.predicted_samples_per_s is None for p in r.probes)
+
+
+def test_job_setting_outside_the_range_still_counts():
+    job = FakeJob(own=LoaderSettings(num_workers=24, prefetch_factor=2, pin_memory=False, persistent_workers=False))
+    r = _tune(job)
+    assert r.baseline.num_workers == 24 and r.best.num_workers == 6
