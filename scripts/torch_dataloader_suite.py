@@ -14,8 +14,9 @@ check timings):
 
 Each variant writes a JUnit XML file; the script prints a table (passed / failed / skipped / errors
 per variant) and the tests whose outcome differs from stock, and writes ``results.md`` and
-``results.json`` in ``--out``. Exit status: 0 when every test that passes with stock torch passes in
-the lotus variants, 1 otherwise, 2 on a usage error.
+``results.json`` in ``--out`` (with each variant's JUnit file, log and ``run-VARIANT.json``). Exit
+status: 0 when every test that passes with stock torch passes in the lotus variants, 1 when one does
+not or a variant left no JUnit results, 2 on a usage error or a Python that cannot run the file.
 
 The test file is PyTorch's code: this script never downloads it and the repository does not hold it.
 Get the version matching the installed torch (docs/compatibility.md says which commit and how).
@@ -54,9 +55,11 @@ def variant_command(variant: str, python: str, pytest_cmd: list[str], trace_dir:
     return [*lotus, "-o", str(trace_dir), "--", *pytest_cmd]
 
 
-def clean_env() -> dict[str, str]:
+def clean_env(slow: bool = False) -> dict[str, str]:
     """This environment without lotus's own settings (a stock run must not be a lotus run)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOTUS_")}
+    if slow:
+        env["PYTORCH_TEST_WITH_SLOW"] = "1"  # torch's @slowTest tests (test_proper_exit) run too
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
              if p and not Path(p).as_posix().rstrip("/").endswith("lotus/launch/_boot")]
     if parts:
@@ -103,6 +106,29 @@ def trace_size(trace_dir: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
+def preflight(python: str) -> bool:
+    """Can ``python`` run the file? torch.testing._internal needs expecttest; the file uses psutil."""
+    probe = ("import importlib.util as u, sys\n"
+             "missing = [m for m in ('torch', 'lotus', 'pytest', 'pytest_timeout', 'expecttest', 'psutil')"
+             " if u.find_spec(m) is None]\nprint(' '.join(missing))")
+    try:
+        missing = subprocess.run([python, "-c", probe], capture_output=True, text=True, env=clean_env(),
+                                 check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"cannot run {python}: {exc}", file=sys.stderr)
+        return False
+    if "psutil" in missing:
+        print("note: psutil is missing, so the file skips the tests that need it (pip install psutil)",
+              file=sys.stderr)
+        missing.remove("psutil")
+    if missing:
+        names = {"lotus": "-e .", "pytest_timeout": "pytest-timeout"}
+        print(f"{python} lacks {', '.join(missing)}: pip install {' '.join(names.get(m, m) for m in missing)}",
+              file=sys.stderr)
+        return False
+    return True
+
+
 def run_variant(variant: str, args, test_file: Path, out: Path, ini: Path) -> dict:
     junit = out / f"junit-{variant}.xml"
     log = out / f"log-{variant}.txt"
@@ -113,7 +139,7 @@ def run_variant(variant: str, args, test_file: Path, out: Path, ini: Path) -> di
     print(f"== {variant}: {' '.join(cmd)}", flush=True)
     t0 = time.monotonic()
     with open(log, "wb") as f:
-        rc = subprocess.call(cmd, cwd=test_file.parent, env=clean_env(), stdout=f, stderr=subprocess.STDOUT)
+        rc = subprocess.call(cmd, cwd=test_file.parent, env=clean_env(args.slow), stdout=f, stderr=subprocess.STDOUT)
     wall = time.monotonic() - t0
     info = {"variant": variant, "command": cmd, "exit_code": rc, "wall_s": round(wall, 1), "junit": str(junit),
             "log": str(log), "results": parse_junit(junit)}
@@ -123,11 +149,20 @@ def run_variant(variant: str, args, test_file: Path, out: Path, ini: Path) -> di
             info["trace_dir"] = str(trace_dir)
         else:
             shutil.rmtree(trace_dir, ignore_errors=True)
+    (out / f"run-{variant}.json").write_text(json.dumps({k: v for k, v in info.items() if k != "results"}, indent=1))
     c = count(info["results"])
     print(f"   {variant}: {c[PASS]} passed, {c[FAIL]} failed, {c[SKIP]} skipped, {c[ERROR]} errors "
           f"in {wall:.0f} s (exit {rc})", flush=True)
     if not info["results"]:
         print(f"   no JUnit results: see {log}", flush=True)
+    return info
+
+
+def load_variant(variant: str, out: Path) -> dict:
+    """A variant run earlier into ``out`` (its run-VARIANT.json and JUnit file)."""
+    meta = out / f"run-{variant}.json"
+    info = json.loads(meta.read_text()) if meta.exists() else {"variant": variant, "wall_s": "?"}
+    info["results"] = parse_junit(out / f"junit-{variant}.xml")
     return info
 
 
@@ -176,13 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("test_file", type=Path, help="PyTorch's test/test_dataloader.py (matching the installed torch)")
-    p.add_argument("--out", type=Path, default=Path("lotus-torch-suite"),
-                   help="where JUnit files, logs and results go (default: ./lotus-torch-suite)")
+    p.add_argument("--out", type=Path, default=Path(".cache/torch-suite"),
+                   help="where JUnit files, logs and results go (default: .cache/torch-suite)")
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")
     p.add_argument("--timeout", type=int, default=900, help="pytest-timeout per test, seconds (default 900)")
     p.add_argument("--python", default=sys.executable, help="the Python that has torch and lotus (default: this one)")
     p.add_argument("--keep-trace", action="store_true", help="keep the traced run's trace directory")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: tabulate the JUnit files already in --out (variants run separately)")
+    p.add_argument("--slow", action="store_true",
+                   help="also run torch's @slowTest tests (PYTORCH_TEST_WITH_SLOW=1: test_proper_exit, minutes)")
     p.epilog = "Extra pytest arguments go after --, e.g. `... test_dataloader.py -- -k typing`."
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -198,11 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
         p.error(f"unknown variant(s) {', '.join(bad)}; choose from {', '.join(VARIANTS)}")
+    if not args.report_only and not preflight(args.python):
+        return 2
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     ini = out / "pytest.ini"  # an empty config: the repository's pytest settings must not apply to torch's file
     ini.write_text("[pytest]\n")
-    runs = {v: run_variant(v, args, test_file, out, ini) for v in variants}
+    if args.report_only:
+        runs = {v: load_variant(v, out) for v in variants if (out / f"junit-{v}.xml").exists()}
+    else:
+        runs = {v: run_variant(v, args, test_file, out, ini) for v in variants}
     diffs = differences(runs)
     text = render(runs, diffs, test_file)
     print()

@@ -118,3 +118,20 @@ def test_empty_events_give_empty_batches_with_outcome_attrs():
     b = batches_from_events(ev)
     assert len(b) == 0 and "status" in b and outcome_summary(b)["exhausted"] == 0
     assert np.asarray(b["failed"]).dtype == bool
+
+
+@pytest.mark.timeout(120)
+def test_loaders_of_independent_processes_are_told_apart(tmp_path):
+    """Two processes of one rank (e.g. subprocesses of one job) both have a loader 0: the reader keeps them apart."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from lotus.dataloader import DataLoader; from tests.dataloader.datasets import MapDS\n"
+            "list(DataLoader(MapDS(n=16), batch_size=4, num_workers=1, trace_dir=sys.argv[1]))\n")
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=100)
+    from lotus.trace import load_batches
+
+    b = load_batches(tmp_path)
+    assert sorted(b["loader"].unique()) == [0, 1000]
+    assert len(b) == 8 and b["prep_dur_ns"].notna().all() and b["consumed_ns"].notna().all()

@@ -93,3 +93,4 @@ class WorkerTraceConfig:
     epoch: int
     envelope: bool  # wrap batches for pin-memory timing
     num_workers: int
+    main_pid: int = -1  # the process that owns the loader (readers tell loaders of several processes apart)

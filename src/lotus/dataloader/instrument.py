@@ -124,6 +124,9 @@ def _traced_subclass(cls: type, rec: Recorder, iterable: bool) -> type:
 
             ns["__getitems__"] = __getitems__
     sub = type(cls)(cls.__name__, (cls,), ns)
+    from lotus.dataloader.traced_class import make_faithful
+
+    make_faithful(sub, cls)  # pickles, copies and iterates as the user's class (IterDataPipe, user pickling)
     _traced_classes[key] = sub
     return sub
 

@@ -157,7 +157,7 @@ class LoaderTrace:
             trace_dir=os.path.abspath(self.trace_dir), itt=self.itt, rank=self.rank,
             world_size=self.world_size, loader=self.loader_id, epoch=self.epoch,
             envelope=bool(loader.pin_memory) and compat.accelerator_available(),
-            num_workers=loader.num_workers,
+            num_workers=loader.num_workers, main_pid=os.getpid(),
         )
 
     # -- GPU (see lotus.dataloader.gpu) ----------------------------------------------------------

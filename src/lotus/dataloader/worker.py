@@ -86,10 +86,10 @@ class _ResultQueue(_QueueView):
 def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | None]:
     from lotus.dataloader import _torch_compat as compat
     from lotus.dataloader.instrument import TimedCollate, instrument_in_worker
-    from lotus.dataloader.traced_class import make_faithful
 
     worker_id = int(compat.worker_arg(args, "worker_id"))
-    writer = TraceWriter(cfg.trace_dir, "worker", rank=cfg.rank, world_size=cfg.world_size, worker_id=worker_id)
+    writer = TraceWriter(cfg.trace_dir, "worker", rank=cfg.rank, world_size=cfg.world_size, worker_id=worker_id,
+                         extra={"main_pid": cfg.main_pid})
     if not writer.ok:
         return args, None
     rec = Recorder(writer, cfg.loader, cfg.epoch, make_itt(cfg.itt), worker_id=worker_id)
@@ -111,8 +111,6 @@ def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | 
         cls = type(dataset)
         try:
             instrument_in_worker(dataset, rec, iterable)
-            if type(dataset) is not cls:  # pickles, copies and iterates as the user's class (IterDataPipe)
-                make_faithful(type(dataset), cls)
         except Exception as exc:  # the dataset stays as it is; batch events still come
             if type(dataset) is not cls:
                 dataset.__class__ = cls

@@ -120,7 +120,36 @@ class _Acc:
         return out
 
 
-def _native_file(acc: _Acc, path: Path, offsets: dict[str, int]) -> None:
+def loader_offsets(paths: list[Path]) -> dict[Path, int]:
+    """Per file, what to add to its loader ids so that loaders of different processes of one rank never
+    share an id (loader ids are counted per process: two independent processes, e.g. subprocesses of one
+    job, both have a loader 0). The first owner of a rank keeps its ids; the k-th adds ``k * LOADER_STRIDE``.
+    A worker file's owner is its header's ``main_pid`` (files without it belong to the rank's first owner)."""
+    owners: dict[int, set[int]] = {}
+    of_file: dict[Path, tuple[int, int | None]] = {}
+    for p in paths:
+        try:
+            h, _ = read_header(p)
+        except InputError:
+            continue
+        rank = int(h.get("rank", 0))
+        if h.get("role") == "main":
+            owner = int(h.get("pid", -1))
+            owners.setdefault(rank, set()).add(owner)
+        else:
+            owner = int(h["main_pid"]) if int(h.get("main_pid", -1)) != -1 else None
+        of_file[p] = (rank, owner)
+    out = {}
+    for p, (rank, owner) in of_file.items():
+        order = sorted(owners.get(rank, ()))
+        out[p] = (order.index(owner) if owner in order else 0) * LOADER_STRIDE
+    return out
+
+
+LOADER_STRIDE = 1000  # loader ids of the k-th process of a rank: k * 1000 + its own id
+
+
+def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: int = 0) -> None:
     header, offset = read_header(path)
     size = path.stat().st_size
     n = (size - offset) // S.RECORD_SIZE
@@ -183,7 +212,8 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int]) -> None:
                 arg = np.where(legacy, arg & ~S.FETCH_STOP, arg)
                 n_legacy += int(legacy.sum())
             acc.add(len(arr), code=code, start_ns=arr["start_ns"] + shift, dur_ns=arr["dur_ns"],
-                    batch_id=arr["batch_id"], sample=arr["sample"], arg=arg, loader=arr["loader"],
+                    batch_id=arr["batch_id"], sample=arr["sample"], arg=arg,
+                    loader=arr["loader"] if not loader_offset else arr["loader"].astype(np.int32) + loader_offset,
                     epoch=arr["epoch"], **consts)
             n_events += len(arr)
             del arr, ids, code, arg
@@ -193,7 +223,7 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int]) -> None:
             import json
 
             try:
-                loaders[key] = json.loads(b"".join(chunks).rstrip(b"\0").decode())
+                loaders[key + loader_offset] = json.loads(b"".join(chunks).rstrip(b"\0").decode())
             except ValueError:
                 _log.warning("%s: unreadable description of loader %d", path, key)
     acc.files.append({"path": str(path), "format": "lotus", "role": role, "pid": header.get("pid"),
@@ -269,8 +299,9 @@ def events_of_run(run: Run, *, sort: bool = False):
         except InputError as exc:
             _log.warning("%s; file skipped", exc)
     offsets = clock_offsets(good_native)
+    per_process = loader_offsets(good_native)
     for p in good_native:
-        _native_file(acc, p, offsets)
+        _native_file(acc, p, offsets, per_process.get(p, 0))
     if run.original:
         pids = sorted(int(p.name.rsplit("_", 1)[1]) for p in run.original if "_worker_pid_" in p.name)
         worker_ids = {pid: i for i, pid in enumerate(pids)}

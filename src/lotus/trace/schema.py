@@ -161,4 +161,6 @@ HEADER_KEYS = {
     "lotus_version": "version of lotus that wrote the file",
     "torch_version": "torch version, when torch is imported",
     "builtin_events": "{id: name} of the built-in events of this version",
+    "main_pid": "worker files: the pid of the process whose DataLoader started the worker (readers tell the "
+                "loaders of several processes of one rank apart by it)",
 }
