@@ -155,6 +155,10 @@ def instrument_in_worker(ds, rec: Recorder, iterable: bool) -> bool:
 class SampleProxy:
     """What the main-process fetcher sees instead of the dataset (num_workers=0): times each item."""
 
+    # torch's fetcher asks ``hasattr(dataset, "__getitems__") and dataset.__getitems__`` per batch: answer
+    # from the class (None: per-item indexing) instead of failing through __getattr__ (an exception each time)
+    __getitems__ = None
+
     def __init__(self, ds, rec: Recorder, iterable: bool):
         self._ds = ds
         self._rec = rec

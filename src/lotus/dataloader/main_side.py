@@ -1,0 +1,190 @@
+"""The main-process side shared by both traced iterators (:mod:`lotus.dataloader.iterators`).
+
+``_MainSide.__next__`` wraps torch's: the loop's ``wait`` for each batch, its hand-off (``consumed``), the
+previous batch's ``step``, CUDA events, probe mode (``lotus run --steps``), replay mode (``LOTUS_REPLAY``);
+and the end of an epoch, however it ends (exhausted, abandoned, probe end), flushed at once.
+"""
+
+from __future__ import annotations
+
+from lotus.dataloader import _torch_compat as compat
+from lotus.dataloader import compose
+from lotus.dataloader import gpu as _gpu
+from lotus.dataloader.envelope import PinEnvelope
+from lotus.dataloader.gpu import set_active
+from lotus.dataloader.instrument import _PACK2, _PACK3
+from lotus.dataloader.policy import Policy
+from lotus.dataloader.recorder import mono
+from lotus.trace import schema as S
+
+
+class NullTrace:
+    """Stands in for a LoaderTrace when a loader runs policies without tracing."""
+
+    on = False
+    epoch = 0
+    stop_after = None
+    replay_batches = 0
+
+    def record(self, *args) -> None:
+        pass
+
+    def cuda_probe(self):
+        return None
+
+
+_NULL = NullTrace()
+
+
+class _MainSide:
+    """State and recording shared by both iterators (mixin; torch's class comes second in the MRO)."""
+
+    def _lotus_init(self, loader) -> None:
+        self._lt = loader._lotus if loader._lotus is not None else _NULL
+        self._lotus_policy: Policy = loader._lotus_policy
+        self._lotus_active = False
+        self._lotus_t0 = None
+        self._lotus_prev = None  # (batch, handed-off ns) of the batch the loop holds
+        self._lotus_open = False  # an epoch started and its end is not recorded yet
+        self._lotus_patched = False  # this iterator holds a patch_classes() of lotus.dataloader.compose
+        self._lotus_last = None  # (batch, buffered, pin_start, pin_end) of the batch being returned
+        self._lotus_cuda = self._lt.cuda_probe() if self._lt.on else None
+        self._lotus_replay = None
+        if self._lt.on and self._lt.replay_batches:
+            from lotus.dataloader.replay import Replay
+
+            try:
+                epoch_len = len(loader)
+            except TypeError:
+                epoch_len = None
+            self._lotus_replay = Replay(self._lt.replay_batches, epoch_len)
+
+    def _lotus_epoch_start(self) -> None:
+        lt = self._lt
+        lt.record(S.EV_EPOCH_START, mono(), 0, S.NO_ID, S.NO_ID, self._num_workers)
+        self._lotus_prev = None
+        self._lotus_open = True
+
+    def _lotus_epoch_end(self, how: int) -> None:
+        """Record the end of the epoch (exhausted, abandoned, probe end) and write everything out."""
+        lt = self._lt
+        if self._lotus_patched:
+            self._lotus_patched = False
+            compose.unpatch_classes()
+        if not lt.on:
+            return
+        if self._lotus_open:
+            self._lotus_open = False
+            lt.record(S.EV_EPOCH_END, mono(), 0, S.NO_ID, S.NO_ID, how)
+            if self._lotus_cuda is not None:
+                self._lotus_cuda.finish()
+            replay = self._lotus_replay
+            if replay is not None and replay.served and how == S.EPOCH_EXHAUSTED:
+                replay.served = 0  # the next epoch (persistent workers) prepares and replays anew
+                replay.cache.clear()
+                if not getattr(self, "_persistent_workers", False):
+                    compat.shutdown_workers(self)  # the workers' prefetched batches were never needed
+        lt.flush()
+
+    def __del__(self):
+        # A loop that broke early, a dropped iterator, a deleted loader: the trace is written now.
+        try:
+            if self._lt.on or self._lotus_patched:
+                self._lotus_epoch_end(S.EPOCH_ABANDONED)
+        except Exception:
+            pass
+        parent = getattr(super(), "__del__", None)
+        if parent is not None:
+            parent()
+
+    def __next__(self):
+        lt = self._lt
+        if lt.stop_after is not None:
+            if lt.consumed >= lt.stop_after:
+                from lotus.dataloader.probe import end_job
+
+                if lt.on:
+                    self._lotus_step_done(mono())  # the last batch's step is complete: the loop asks again
+                end_job(lt, self)  # raises SystemExit(0)
+            if not lt.on:
+                data = super().__next__()
+                lt.consumed += 1
+                return data
+        if not lt.on:
+            return super().__next__()
+        t0 = mono()
+        cuda = self._lotus_cuda
+        if cuda is not None:
+            try:
+                cuda.request()
+            except Exception as exc:
+                lt.fail("request", exc)
+        self._lotus_last = None
+        try:
+            replay = self._lotus_replay
+            if replay is not None and replay.ready:
+                data, batch = replay.next()
+                self._num_yielded += 1
+                self._lotus_last = (batch, True, 0, 0)
+            else:
+                data = super().__next__()
+                if replay is not None:
+                    replay.keep(data, getattr(self, "_send_idx", self._num_yielded))
+        except StopIteration:
+            try:
+                self._lotus_step_done(t0)
+                self._lotus_epoch_end(S.EPOCH_EXHAUSTED)
+            except Exception as exc:
+                lt.fail("epoch end", exc)
+            raise
+        except BaseException:
+            try:
+                self._lotus_step_done(t0)
+                lt.flush()  # the loop is probably about to die: keep what was recorded
+            except Exception:
+                pass
+            raise
+        t1 = mono()
+        last = self._lotus_last
+        try:
+            if last is not None:
+                batch, buffered, p0, p1 = last
+                w = lt.w
+                lo, ep = lt.loader_id, lt.epoch
+                prev = self._lotus_prev
+                # the previous batch's step (hand-off -> this request), this wait and this hand-off: one append
+                if prev is not None:
+                    w.buf += _PACK3(S.EV_STEP, lo, ep, prev[1], t0 - prev[1], prev[0], S.NO_ID, 0,
+                                    S.EV_WAIT, lo, ep, t0, t1 - t0, batch, S.NO_ID, S.WAIT_BUFFERED if buffered else 0,
+                                    S.EV_CONSUMED, lo, ep, t1, 0, batch, S.NO_ID, 0)
+                else:
+                    w.buf += _PACK2(S.EV_WAIT, lo, ep, t0, t1 - t0, batch, S.NO_ID, S.WAIT_BUFFERED if buffered else 0,
+                                    S.EV_CONSUMED, lo, ep, t1, 0, batch, S.NO_ID, 0)
+                if p0:
+                    lt.record(S.EV_PIN, p0, p1 - p0, batch, S.NO_ID, 0)
+                if cuda is not None:
+                    cuda.got(batch)
+                self._lotus_prev = (batch, t1)
+                lt.last_batch = batch
+                lt.consumed += 1
+                if _gpu._active is None or _gpu._active() is not lt:
+                    set_active(lt)
+                if len(w.buf) >= w.flush_bytes:  # by time: the flusher thread (lotus.trace.writer)
+                    lt.flush()
+            else:
+                self._lotus_step_done(t0)
+        except Exception as exc:
+            lt.fail("next", exc)
+        return data
+
+    def _lotus_step_done(self, t0: int) -> None:
+        """Record the step of the batch the loop held (when no new hand-off follows)."""
+        prev = self._lotus_prev
+        if prev is not None:
+            self._lotus_prev = None
+            self._lt.record(S.EV_STEP, prev[1], t0 - prev[1], prev[0], S.NO_ID, 0)
+
+    def _lotus_unwrap(self, data):
+        if type(data) is PinEnvelope:
+            return data.data, data.pin_start_ns, data.pin_end_ns
+        return data, 0, 0
