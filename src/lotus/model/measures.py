@@ -10,8 +10,28 @@ def _f64(s) -> np.ndarray:
     return s.astype("Float64").to_numpy(np.float64, na_value=np.nan)
 
 
+WARMUP_FACTOR = 3.0  # leading steps slower than this x the median are start-up (cuDNN autotuning, lazy init)
+
+
+def warmup_steps(b, step: np.ndarray) -> np.ndarray:
+    """Mask of the start-up steps: in each (rank, epoch), the leading run of steps above WARMUP_FACTOR x the
+    median step (the first CUDA step can take 40x a steady one; kept, it dominates the mean of a probe)."""
+    finite = np.isfinite(step)
+    if finite.sum() < 4:
+        return np.zeros(len(step), bool)
+    slow = np.where(finite, step > WARMUP_FACTOR * np.median(step[finite]), False)
+    keys = b["rank"].to_numpy(np.int64) * (1 << 32) + b["epoch"].to_numpy(np.int64)
+    out = np.zeros(len(step), bool)
+    for k in np.unique(keys):
+        idx = np.flatnonzero(keys == k)
+        lead = np.cumprod(slow[idx]).astype(bool)  # True while every step so far in the group was slow
+        out[idx] = lead
+    return out
+
+
 def steps(b):
-    """The loop's time per batch: max(step, gpu_step); step derived from the next request if not traced."""
+    """The loop's time per batch: max(step, gpu_step); step derived from the next request if not traced.
+    Start-up steps (:func:`warmup_steps`) are left out: the model predicts the steady state."""
     step = _f64(b["step_dur_ns"])
     source = "step"
     if not np.isfinite(step).any():
@@ -25,7 +45,7 @@ def steps(b):
     if np.isfinite(gpu).any():
         step = np.fmax(step, gpu)
         source = "gpu_step"
-    step = step[np.isfinite(step) & (step >= 0)]
+    step = step[np.isfinite(step) & (step >= 0) & ~warmup_steps(b, step)]
     return (step, source) if step.size else (None, None)
 
 

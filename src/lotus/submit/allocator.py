@@ -1,12 +1,15 @@
 """CPU allocation among concurrent apps: pure functions, no processes, no model fitting.
 
-:func:`allocate` is Synergy's greedy scheduler applied to CPUs: every app starts with its minimum (1 CPU,
-or one per rank), then the remaining CPUs go one at a time to the app whose throughput gains most from
-one more CPU. Gains are compared as a share of each app's own best rate (``normalize=True``, the
-default: an app of cheap samples does not win every CPU just because its samples/s are large numbers)
-or in raw samples/s (``normalize=False``). A look-ahead over the next CPUs (the best *average* gain per
-CPU over the next k) lets an app whose curve has a plateau (no gain from 1 more CPU, a large gain from 2)
-still get CPUs. CPUs that no app gains from stay free.
+:func:`allocate` is Synergy's greedy scheduler applied to CPUs, with Synergy's fairness rule: no app is
+worse off than under an equal split. Every app first gets its *fair floor*: the fewest CPUs at which its
+predicted rate reaches (within 2 %) the rate it would have with an equal share (``fair=True``, the
+default); then the remaining CPUs go one at a time to the app whose throughput gains most from one more
+CPU, in samples/s (the total the machine delivers). An app that saturates early (GPU-bound) thus gives
+the CPUs it cannot use to the apps that can, and the app that scales furthest is never starved.
+``normalize=True`` compares gains as a share of each app's own best rate instead (so that an app of cheap
+samples does not win the extra CPUs just because its samples/s are large numbers). A look-ahead over the
+next CPUs (the best *average* gain per CPU over the next k) lets an app whose curve has a plateau (no
+gain from 1 more CPU, a large gain from 2) still get CPUs. CPUs that no app gains from stay free.
 
 :func:`contiguous_sets` turns the sizes into CPU lists, contiguous wherever the free CPUs allow.
 """
@@ -18,7 +21,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 Curve = Callable[[int], float]  # CPUs -> samples/s
 
-MIN_GAIN = 0.01  # with normalize: a CPU must add >= 1 % of the app's best rate (raw mode: > 0 samples/s)
+MIN_GAIN = 0.01  # a CPU must add >= 1 % of the app's best rate
+FAIR_SLACK = 0.02  # fair floor: the fewest CPUs within 2 % of the equal-share rate
 
 
 class AllocationError(ValueError):
@@ -38,13 +42,14 @@ def _memo(curve: Curve) -> Curve:
 
 
 def allocate(curves: Mapping[Hashable, Curve], total_cpus: int, *, minimum: Mapping[Hashable, int] | None = None,
-             normalize: bool = True, min_gain: float | None = None,
+             fair: bool = True, normalize: bool = False, min_gain: float | None = None,
              lookahead_cpus: int | None = None) -> dict[Hashable, int]:
-    """CPUs per app, greedy by marginal throughput (see the module doc).
+    """CPUs per app: fair floors, then greedy by marginal throughput (see the module doc).
 
     ``curves``: app -> f(cpus) -> samples/s (called with 1..total_cpus; results are cached).
-    ``minimum``: app -> CPUs it must get at least (default 1). ``min_gain``: the smallest gain a CPU must
-    bring (share of the app's best rate with ``normalize``, samples/s without; default 1 % / 0).
+    ``minimum``: app -> CPUs it must get at least (default 1). ``fair``: start from the fair floors
+    (else from the minimums). ``min_gain``: the smallest gain a CPU must bring, as a share of the app's
+    best rate (default 1 %).
     ``lookahead_cpus``: how far the look-ahead goes (default: all remaining CPUs).
     Raises :class:`AllocationError` when the minimums exceed ``total_cpus``.
     """
@@ -56,27 +61,42 @@ def allocate(curves: Mapping[Hashable, Curve], total_cpus: int, *, minimum: Mapp
     if sum(mins.values()) > total:
         raise AllocationError(f"{len(apps)} app(s) need at least {sum(mins.values())} CPUs, only {total} available")
     f = {a: _memo(curves[a]) for a in apps}
-    scale = {a: 1.0 for a in apps}
-    if normalize:
-        for a in apps:
-            best = max(f[a](n) for n in range(mins[a], total - sum(mins.values()) + mins[a] + 1))
-            scale[a] = 1.0 / best if best > 0 else 0.0
-    threshold = (MIN_GAIN if normalize else 0.0) if min_gain is None else float(min_gain)
-    alloc = dict(mins)
+    peak = {a: max(f[a](n) for n in range(mins[a], total - sum(mins.values()) + mins[a] + 1)) for a in apps}
+    # gains are compared in samples/s, or as shares of each app's peak; min_gain is a share of the peak
+    scale = {a: (1.0 / peak[a] if peak[a] > 0 else 0.0) if normalize else 1.0 for a in apps}
+    share = MIN_GAIN if min_gain is None else float(min_gain)
+    threshold = {a: share * peak[a] * scale[a] for a in apps}
+    alloc = fair_floors(f, total, mins) if fair else dict(mins)
     free = total - sum(alloc.values())
     while free > 0:
-        best_app, best_gain = None, threshold
+        best_app, best_gain = None, 0.0
         for a in apps:
             n, base = alloc[a], f[a](alloc[a])
             reach = free if lookahead_cpus is None else min(free, max(1, int(lookahead_cpus)))
             gain = max((f[a](n + k) - base) / k for k in range(1, reach + 1)) * scale[a]
-            if gain > best_gain or (best_app is not None and gain == best_gain and alloc[a] < alloc[best_app]):
+            if gain < threshold[a] or gain <= 0:
+                continue
+            if best_app is None or gain > best_gain or (gain == best_gain and alloc[a] < alloc[best_app]):
                 best_app, best_gain = a, gain
         if best_app is None:
             break
         alloc[best_app] += 1
         free -= 1
     return alloc
+
+
+def fair_floors(f: Mapping[Hashable, Curve], total: int, mins: Mapping[Hashable, int]) -> dict[Hashable, int]:
+    """Per app, the fewest CPUs (>= its minimum, <= its equal share) whose rate is within FAIR_SLACK of the
+    rate at its equal share: what the app needs so that no allocation leaves it worse off than a split."""
+    share = equal_split(list(f), total, minimum=mins)
+    out = {}
+    for a, n_eq in share.items():
+        target = f[a](n_eq) * (1.0 - FAIR_SLACK)
+        n = mins[a]
+        while n < n_eq and f[a](n) < target:
+            n += 1
+        out[a] = n
+    return out
 
 
 def equal_split(apps: Sequence[Hashable], total_cpus: int, *,
