@@ -165,3 +165,24 @@ def test_ranks_are_separate_loaders_and_add_up(tmp_path, now_mono):
     assert [(ld["rank"], ld["name"], ld["samples_per_s"]) for ld in snap["loaders"]] == [
         (0, "rank0", 40.0), (1, "rank1", 80.0)]
     assert snap["samples_per_s"] == 120.0
+
+
+def test_two_processes_of_one_rank_keep_their_loaders_apart(tmp_path, now_mono):
+    # e.g. a job that runs its evaluation in a subprocess: both processes have a loader 0, as in the readers
+    # (lotus.trace.events.loader_offsets) the second process's loaders become 1000 + id, its workers' too
+    t0 = now_mono - 20 * SEC
+    for pid, name, per_s in ((4001, "train", 10), (4002, "eval", 20)):
+        w = TraceWriter(tmp_path, "main", extra={"pid": pid})
+        w.define_loader(0, {"name": name, "batch_size": 4})
+        rec(w, S.EV_EPOCH_START, t0)
+        for b in range(per_s):
+            rec(w, S.EV_CONSUMED, t0 + (b + 1) * SEC // per_s, batch=b)
+        w.close()
+        worker = TraceWriter(tmp_path, "worker", worker_id=0, extra={"pid": pid + 100, "main_pid": pid})
+        rec(worker, S.EV_FETCH, t0, SEC // 2, batch=0)
+        worker.close()
+    snap = _snap(tmp_path, t0 + SEC)
+    got = sorted((ld["loader"], ld["name"], ld["samples_per_s"]) for ld in snap["loaders"])
+    assert got == [(0, "train", 40.0), (1000, "eval", 80.0)]
+    busy = {ld["loader"]: [w["worker"] for w in ld.get("workers", [])] for ld in snap["loaders"]}
+    assert busy == {0: [0], 1000: [0]}

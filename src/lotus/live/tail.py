@@ -27,6 +27,7 @@ from lotus.errors import InputError
 from lotus.live.job import local_boot_id
 from lotus.live.state import SEC, FileInfo, LiveState
 from lotus.trace import schema as S
+from lotus.trace.events import LOADER_STRIDE
 from lotus.trace.native import RECORD_DTYPE, read_header
 
 _log = logging.getLogger("lotus.live")
@@ -51,6 +52,7 @@ class FileTail:
     chunks: dict[tuple[int, int], list[bytes]] = field(default_factory=dict)  # DEFINE payloads
     names: dict[int, str] = field(default_factory=dict)  # op id -> name
     loaders: dict[int, dict] = field(default_factory=dict)  # loader id -> description
+    loader_offset: int = 0  # added to its loader ids: the k-th process of a rank (see events.loader_offsets)
 
 
 class Tailer:
@@ -64,6 +66,7 @@ class Tailer:
         self._local_off = time.time_ns() - time.monotonic_ns()
         self._domain_shift: dict[str, int] = {}
         self._bad: set[str] = set()
+        self._owners: dict[int, set[int]] = {}  # rank -> pids of its main processes seen so far
         self.bytes_read = 0
 
     # -- files ----------------------------------------------------------------------------------
@@ -92,12 +95,31 @@ class Tailer:
                         worker_id=int(header.get("worker_id", S.NO_ID)), pid=int(header.get("pid", -1)),
                         boot_id=boot, local=local, last_ns=int(header["anchor_mono_ns"]) + shift)
         self.state.files[path.name] = info
-        return FileTail(path, info, data_offset, data_offset, shift)
+        return FileTail(path, info, data_offset, data_offset, shift, loader_offset=self._loader_offset(header))
+
+    def _register_owner(self, path: Path) -> None:
+        try:
+            header, _ = read_header(path)
+        except (InputError, OSError):
+            return
+        if header.get("role") == "main":
+            self._owners.setdefault(int(header.get("rank", 0)), set()).add(int(header.get("pid", -1)))
+
+    def _loader_offset(self, header: dict) -> int:
+        """As the readers do (:func:`lotus.trace.events.loader_offsets`): the k-th main process of a rank
+        (by pid, among those seen so far) and its workers add k * LOADER_STRIDE to their loader ids."""
+        rank = int(header.get("rank", 0))
+        owner = int(header.get("pid", -1)) if header.get("role") == "main" else int(header.get("main_pid", -1))
+        order = sorted(self._owners.get(rank, ()))
+        return order.index(owner) * LOADER_STRIDE if owner in order else 0
 
     # -- polling --------------------------------------------------------------------------------
     def poll(self) -> int:
         """Read what was appended since the last poll; returns the number of new event records."""
-        for p in self._new_paths():
+        new = self._new_paths()
+        for p in new:  # every main process first, so that the loader offsets follow the readers'
+            self._register_owner(p)
+        for p in new:
             tail = self._open(p)
             if tail is not None:
                 self.tails[p.name] = tail
@@ -132,6 +154,9 @@ class Tailer:
         self.bytes_read += n * RS
         tail.offset += n * RS
         events = self._controls(tail, np.frombuffer(raw, RECORD_DTYPE, count=n))
+        if tail.loader_offset and len(events):
+            events = events.copy()
+            events["loader"] += tail.loader_offset
         if tail.skipped and len(events):
             self._resolve(tail, events)
         self.state.ingest(tail.info, events, tail.shift_ns, tail.names)
@@ -148,7 +173,7 @@ class Tailer:
         touched = set()
         for i, rec in enumerate(ctrl.tolist()):  # rare: a few per file
             if rec[0] == S.CTRL_DEFINE:
-                key = (rec[1], rec[2])
+                key = (rec[1], rec[2] + tail.loader_offset if rec[1] == S.NS_LOADER else rec[2])
                 tail.chunks.setdefault(key, []).append(raw[i, 8:].tobytes())
                 touched.add(key)
             elif rec[0] == S.CTRL_END:
