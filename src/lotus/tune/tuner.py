@@ -28,15 +28,23 @@ def allowed_cpus() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
+WAVES = 2  # the measured window spans at least this many rounds of all workers
+
+
 def probe_steps(steps: int, settings: LoaderSettings, own: LoaderSettings | None = None) -> int:
-    """Batches a probe runs: ``steps`` after the ramp (2 x steps for the job's own, unknown, settings)."""
+    """Batches a probe runs: ``steps`` after the ramp (2 x steps for the job's own, unknown, settings), and
+    at least WAVES x num_workers after it: workers started together hand their batches over in bursts of
+    num_workers, so a window of fewer batches than a few bursts measures the bursts' phase, not the rate
+    (on the H100 host, 15 batches after the ramp read 1,133 to 4,959 samples/s at 11-16 workers)."""
     from lotus.analysis.throughput import ramp_batches
 
     if settings.num_workers is None and own is None:
         return 2 * steps
     eff = settings.over(own) if own is not None else settings
     ramp = ramp_batches({"num_workers": eff.num_workers, "prefetch_factor": eff.prefetch_factor})
-    return steps + (ramp if eff.num_workers else 0)
+    if not eff.num_workers:
+        return steps
+    return max(steps, WAVES * eff.num_workers) + ramp
 
 
 def measurement_of(probe, settings: LoaderSettings, steps: int | None) -> Measurement:
