@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=60)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--images", type=int, default=256)
+    p.add_argument("--images", type=int, default=None, help="default: enough for warm-up + batches (one epoch)")
     p.add_argument("--only", default=None, help="comma-separated variants")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="lotus-peers-") as tmp:
         tmp = Path(tmp)
-        data = generate_image_folder(tmp / "data", DatasetSpec(images=args.images, seed=3))
+        images = max(args.images or 0, (args.warmup + args.batches) * 8)  # the timed loop stays in one epoch
+        data = generate_image_folder(tmp / "data", DatasetSpec(images=images, seed=3))
         table = variants(tmp)
         names = [n for n, v in table.items() if v is not False and (args.only is None or n in args.only.split(",")
                                                                     or n == "none")]
