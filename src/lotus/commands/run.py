@@ -8,16 +8,7 @@ from pathlib import Path
 
 import click
 
-
-def _cpus(ctx, param, value):
-    if value is None:
-        return None
-    from lotus.launch.options import parse_cpus
-
-    try:
-        return parse_cpus(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+from lotus.commands._params import cpus_option
 
 
 def _settings(values) -> dict:
@@ -45,7 +36,7 @@ def _settings(values) -> dict:
 @click.option("--set", "settings", multiple=True, callback=lambda c, p, v: _settings(v), metavar="KEY=VALUE",
               help="Force a DataLoader setting on every loader: prefetch_factor, pin_memory, persistent_workers, "
                    "in_order, num_workers (repeatable).")
-@click.option("--cpus", callback=_cpus, default=None, metavar="LIST",
+@click.option("--cpus", callback=cpus_option, default=None, metavar="LIST",
               help="CPU affinity of the job and all its processes, e.g. 0-3,8 (no root needed).")
 @click.option("--itt", is_flag=True, help="Also emit ITT tasks for Intel VTune.")
 @click.option("--telemetry", is_flag=True, help="Also sample NVML GPU utilisation, clocks and power.")

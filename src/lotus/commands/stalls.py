@@ -6,16 +6,7 @@ from pathlib import Path
 
 import click
 
-
-def _cpus(ctx, param, value):
-    if value is None:
-        return None
-    from lotus.launch.options import parse_cpus
-
-    try:
-        return parse_cpus(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+from lotus.commands._params import cpus_option
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -23,7 +14,7 @@ def _cpus(ctx, param, value):
 @click.option("--data", type=click.Path(exists=True, path_type=Path), default=None,
               help="The dataset's files (a directory), when the job's dataset does not list them.")
 @click.option("--workers", type=click.IntRange(0), default=None, help="Override num_workers in every probe.")
-@click.option("--cpus", callback=_cpus, default=None, metavar="LIST", help="CPU affinity of every probe.")
+@click.option("--cpus", callback=cpus_option, default=None, metavar="LIST", help="CPU affinity of every probe.")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the probes' traces go (default lotus-runs/stalls-<script>-<time>/).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",

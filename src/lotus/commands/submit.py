@@ -7,16 +7,7 @@ from pathlib import Path
 
 import click
 
-
-def _cpus(ctx, param, value):
-    if value is None:
-        return None
-    from lotus.launch.options import parse_cpus
-
-    try:
-        return parse_cpus(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+from lotus.commands._params import cpus_option
 
 
 def _bad_input(message: str) -> None:
@@ -55,7 +46,7 @@ def _progress():
               help="End every app cleanly after N batches (a row's `steps` wins).")
 @click.option("--probe-steps", type=click.IntRange(5), default=30, show_default=True,
               help="Batches of each workers=auto profiling probe.")
-@click.option("--cpus", callback=_cpus, default=None, metavar="LIST",
+@click.option("--cpus", callback=cpus_option, default=None, metavar="LIST",
               help="CPUs the apps may use, e.g. 0-15 (default: all CPUs this process may use).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
               help="Stop an app after this long (a row's `timeout_s` wins).")

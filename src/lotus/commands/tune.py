@@ -6,18 +6,9 @@ from pathlib import Path
 
 import click
 
+from lotus.commands._params import cpus_option
+
 _KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
-
-
-def _cpus(ctx, param, value):
-    if value is None:
-        return None
-    from lotus.launch.options import parse_cpus
-
-    try:
-        return parse_cpus(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 def _only(ctx, param, value):
@@ -32,7 +23,7 @@ def _only(ctx, param, value):
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--steps", type=click.IntRange(5), default=50, show_default=True, help="Batches per probe.")
-@click.option("--cpus", callback=_cpus, default=None, metavar="LIST",
+@click.option("--cpus", callback=cpus_option, default=None, metavar="LIST",
               help="CPUs the job may use, e.g. 0-7 (affinity of every probe; default: all of this process's).")
 @click.option("--budget-minutes", type=click.FloatRange(0, min_open=True), default=10.0, show_default=True,
               help="No probe starts that would end after this (the baseline always runs).")
