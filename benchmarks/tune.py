@@ -10,7 +10,7 @@ with the same ``--steps``:
 * tune: ``lotus.tune.tune`` (the model proposes, probes verify), num_workers only by default (the
   search space of the other two; ``--all-settings`` tunes the rest too).
 
-samples/s is tune's measure (lotus.tune.traceinfo.window_rate): the batches after the ramp
+samples/s is tune's measure (lotus.analysis.throughput, skip="ramp"): the batches after the ramp
 (num_workers x prefetch_factor), epoch starts included; every probe runs ``--steps`` batches after it.
 Each reports the best samples/s it found (its own probe), its worker count, probes and seconds spent;
 the chosen count's rate in the same round's sweep ("at sweep") says how good the choice is on one
