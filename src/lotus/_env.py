@@ -9,6 +9,8 @@ LOADER_ARGS = "LOTUS_LOADER_ARGS"  # lotus run --set KEY=VALUE: JSON object of D
 REPLAY = "LOTUS_REPLAY"  # lotus stalls: prepare N batches, then replay them (the loop's ingestion limit)
 DATASET_FILES = "LOTUS_DATASET_FILES"  # "1": loaders list their dataset's files (lotus.dataloader.datafiles)
 STEPS = "LOTUS_STEPS"  # lotus run --steps N: end the job after N consumed batches of one loader
+PRECISION = "LOTUS_PRECISION"  # lotus run --precision P: end the job once its steady rate is known to +-P
+PROBE_MAX_S = "LOTUS_PROBE_MAX_S"  # lotus run --max-seconds S: end a probe after S seconds of hand-offs
 
 # files
 STEPS_MARKER = "lotus-steps-reached"  # lotus-steps-reached-r<rank>-p<pid>.json: a job reached --steps

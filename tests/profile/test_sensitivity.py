@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lotus.profile.sensitivity import Point, _demand, cpu_grid, sensitivity
+from lotus.profile.sensitivity import Point, _demand, _monotone, best_workers, cpu_grid, sensitivity
 
 JOB = str(Path(__file__).resolve().parent / "jobs" / "folder_train.py")
 
@@ -23,9 +23,24 @@ def test_cpu_grid_and_demand():
     m = [Point(c, g, s, False) for c, g, s in [(1, 0, 50), (2, 0, 90), (4, 0, 100), (1, 8, 60), (2, 8, 96),
                                                (4, 8, 100)]]
     assert _demand(m, 0.95) == {"cpus": 2, "cache_gb": 8, "samples_per_s": 96, "best_samples_per_s": 100,
-                                "measured": False}
+                                "measured": False, "num_workers": None, "ci95": None}
     assert _demand(m, 0.5)["cpus"] == 1 and _demand(m, 0.5)["cache_gb"] == 0
     assert _demand([Point(1, 0, None, False)], 0.95) is None
+
+
+def test_workers_per_cpu_count_are_the_models_best_and_the_matrix_is_monotone():
+    class Model:  # 8 ms of CPU per sample: the rate grows with workers up to the CPUs, then flat
+        def predict(self, w, cpus, cache_hit_rate=None):
+            from types import SimpleNamespace
+
+            rate = 125.0 * min(max(w, 1), cpus) * (0.9 if w > cpus else 1.0)
+            return SimpleNamespace(samples_per_s=rate, bottleneck="CPUs")
+
+    assert best_workers(Model(), 2)[0] == 2  # not CPUs - 1 = 1: the 2-core job scales 2x
+    assert best_workers(Model(), 1)[0] == 0 and best_workers(Model(), 4)[0] == 4
+    m = [Point(1, 0, 120, True), Point(2, 0, 300, False), Point(4, 0, 260, True), Point(8, 0, 200, False)]
+    _monotone(m)
+    assert [p.samples_per_s for p in m] == [120, 260, 260, 260]  # predicted points clamped by measured ones
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +59,17 @@ def test_profile_measures_few_predicts_all_and_resumes(tmp_path, image_folder):
     measured = [q for q in p.matrix if q.measured]
     assert 3 <= len(measured) <= 5 < len(p.matrix)  # most of the matrix is predicted
     probes = {pr["name"]: pr for pr in p.probes}
-    assert {"c2-warm", "c1-warm", "c2-cold"} <= set(probes)
+    assert {"c2-as-is", "c1-warm", "c2-cold"} <= set(probes)
+    assert probes["c2-as-is"]["cache_state"] == "as-is" and probes["c2-cold"]["cache_state"] == "cold"
     for q in measured:  # a measured point shows the probe's own rate
         assert q.samples_per_s == probes[q.probe]["samples_per_s"]
     assert all(q.samples_per_s and q.samples_per_s > 0 for q in p.matrix)
     d = p.demand
     assert d is not None and d["samples_per_s"] >= 0.95 * d["best_samples_per_s"]
     assert d["cpus"] in (1, 2)
+    assert d["measured"] or any("predicted, not measured" in n for n in p.notes)  # a measured point, or said
+    assert all(q.num_workers is not None for q in p.matrix)
+    assert all(q.ci95 is None or q.ci95[0] <= q.samples_per_s <= q.ci95[1] for q in measured)
     # resume: every probe is reused, nothing runs again
     t0 = time.monotonic()
     again = sensitivity(cmd, tmp_path / "s", steps=12, cpus_grid=[1, 2], max_probes=5)

@@ -49,6 +49,13 @@ def test_stall_split_of_a_prep_bound_job(tmp_path, image_folder):
     assert d["prep_stall_share"] > 0.3
     assert d["fetch_stall_ms"] is not None and d["fetch_stall_ms"] >= 0
     assert abs(d["compute_share"] + d["prep_stall_share"] + d["fetch_stall_share"] - 1) < 1e-9
+    # every rate and the split carry their intervals (when the probes were long enough to have one)
+    for rate, ci in ((d["prep_samples_per_s"], d["prep_ci95"]), (d["ingestion_samples_per_s"], d["ingestion_ci95"])):
+        assert ci is None or ci[0] <= rate <= ci[1]
+    if d["prep_ci95"] and d["ingestion_ci95"]:
+        lo, hi = d["prep_stall_share_ci95"]
+        assert lo <= d["prep_stall_share"] <= hi
+    assert d["warm_measured_wait_share"] is not None and 0 <= d["warm_measured_wait_share"] <= 1
 
 
 def _lotus(*args, timeout=600):

@@ -137,3 +137,29 @@ def test_job_setting_outside_the_range_still_counts():
     job = FakeJob(own=LoaderSettings(num_workers=24, prefetch_factor=2, pin_memory=False, persistent_workers=False))
     r = _tune(job)
     assert r.baseline.num_workers == 24 and r.best.num_workers == 6
+
+
+def test_settings_inside_each_others_interval_go_to_the_cheapest():
+    from lotus.tune.search import choose
+
+    # 4 workers measured 221 +- 12, 3 workers 210 +- 11: cannot be told apart -> 3 (the 2-core case)
+    measured = {1: 110.0, 2: 180.0, 3: 210.0, 4: 221.0}
+    intervals = {1: (105.0, 115.0), 2: (170.0, 190.0), 3: (199.0, 221.0), 4: (209.0, 233.0)}
+    assert choose(measured, 0.0, intervals) == 3
+    # tight intervals apart: the fastest
+    tight = {w: (r * 0.995, r * 1.005) for w, r in measured.items()}
+    assert choose(measured, 0.0, tight) == 4
+    # without intervals the near_best share decides, as before
+    assert choose(measured, 0.06) == 3 and choose(measured, 0.0) == 4
+
+
+def test_knobs_need_intervals_apart_to_switch():
+    from lotus.tune.knobs import _better, _same
+    from lotus.tune.types import LoaderSettings, Measurement
+
+    def m(rate, lo, hi):
+        return Measurement(settings=LoaderSettings(), samples_per_s=rate, ci95=(lo, hi))
+
+    assert not _better(m(105, 98, 112), m(100, 95, 105), 0.02)  # +5% but overlapping
+    assert _better(m(110, 106, 114), m(100, 97, 103), 0.02)
+    assert _same(m(101, 96, 106), m(100, 95, 105)) and not _same(m(110, 106, 114), m(100, 97, 103))

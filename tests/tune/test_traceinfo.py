@@ -14,9 +14,9 @@ DESC = {"num_workers": 2, "prefetch_factor": 2, "batch_size": 8, "dataset_len": 
         "pin_memory": False, "persistent_workers": False}
 
 
-def window_rate(batches, desc, skip="ramp"):
+def window_rate(batches, desc):
     loaders = {(r, 0): desc for r in batches["rank"].unique()}
-    return throughput(batches, loaders, skip=skip)["samples_per_s"]
+    return throughput(batches, loaders)["samples_per_s"]
 
 
 def _batches(times_ms_by_epoch: dict[int, list[float]], rank: int = 0) -> pd.DataFrame:
@@ -47,8 +47,6 @@ def test_epoch_starts_inside_the_window_count():
     b = _batches({0: e0, 1: e1})
     rate = window_rate(b, {**DESC, "num_workers": 0})
     assert rate == pytest.approx(8 * 19 / ((e1[-1] - e0[0]) / 1e3))
-    # inside epochs (what lotus.model simulates): the epoch start left out
-    assert window_rate(b, {**DESC, "num_workers": 0}, skip="epoch") == pytest.approx(8 / 0.010)
     ev = pd.DataFrame({"name": pd.Categorical(["epoch_start", "epoch_start"]), "loader": [0, 0], "rank": [0, 0],
                        "epoch": [0, 1], "start_ns": [-50 * MS, 100 * MS]})
     f = epoch_facts(ev, b, DESC)

@@ -3,7 +3,7 @@ their output directory, as DataFrames and figures (DataFrame in, matplotlib Figu
 
 from __future__ import annotations
 
-PROFILE_FILES = {"sensitivity": "sensitivity.json", "stalls": "stalls.json"}
+PROFILE_FILES = {"tune": "tune.json", "sensitivity": "sensitivity.json", "stalls": "stalls.json"}
 
 
 def find_profiles(data_dir) -> dict[str, dict]:

@@ -46,12 +46,21 @@ def build_report(configs, *, remove_outliers: bool = False, data_dir: str | None
             "stats": config_stats(c.events, c.batches, remove_outliers=remove_outliers),
             "wait": wait_stats(c.batches),
             "outcomes": outcome_summary(c.batches),
+            "throughput": _throughput(c),
         }
     if data_dir is not None:
         from lotus.analysis.profiles import find_profiles
 
         out.update(find_profiles(data_dir))
     return out
+
+
+def _throughput(c) -> dict:
+    from lotus.analysis.throughput import throughput
+
+    t = throughput(c.batches, c.loaders)
+    return {k: t.get(k) for k in ("samples_per_s", "ci95", "rel_halfwidth", "steady_batches", "window_s", "left_out",
+                                  "note")}
 
 
 def figure_png(fig) -> bytes:
@@ -86,11 +95,15 @@ def _headline(report: dict) -> str:
     for name, c in report["configs"].items():
         v, st = c["verdict"], c["stats"]
         slow = v.get("slowest_op") or {}
+        t = c.get("throughput") or {}
+        ci = t.get("ci95")
         rows.append([html.escape(name), f'<span style="color:{_CLASS_COLOR[v["class"]]}">{v["class"]}</span>',
+                     _fmt(t.get("samples_per_s")) + (f" ({_fmt(ci[0])}-{_fmt(ci[1])})" if ci else ""),
                      _pct(v["wait_share"]), _fmt(v["batches"]), _fmt(st["batch_preprocessing_ms"]["mean"]),
                      html.escape(slow.get("name", "-")), _pct(slow.get("share_of_preprocessing")),
                      _pct(v["workers"]["mean_busy_share"])])
-    return _table(["config", "verdict", "loop waiting", "batches consumed", "batch prep. mean (ms)",
+    return _table(["config", "verdict", "samples/s (95% CI)", "loop waiting", "batches consumed",
+                   "batch prep. mean (ms)",
                    "slowest op", "its share", "workers busy"], rows)
 
 
@@ -134,28 +147,73 @@ def _config_section(name: str, c: dict) -> str:
     return "\n".join(parts)
 
 
-def _stalls_section(d: dict) -> str:
-    rows = [[k.replace("_", " "), _fmt(d.get(f"{k}_ms")), _pct(d.get(f"{k}_share"))]
-            for k in ("compute", "prep_stall", "fetch_stall")]
-    rates = (f"samples/s: ingestion {_fmt(d.get('ingestion_samples_per_s'))}, warm cache "
-             f"{_fmt(d.get('prep_samples_per_s'))}, cold cache {_fmt(d.get('fetch_samples_per_s'))}")
+def _rate(v, ci) -> str:
+    """'1,234 samples/s (95% CI 1,200-1,270)'."""
+    if v is None:
+        return "-"
+    return f"{_fmt(v)} samples/s" + (f" (95% CI {_fmt(ci[0])}-{_fmt(ci[1])})" if ci else " (no interval)")
+
+
+def _share_ci(share, ci) -> str:
+    return _pct(share) + (f" ({_pct(ci[0])}-{_pct(ci[1])})" if ci else "")
+
+
+def _tune_section(d: dict) -> str:
+    best, own = d.get("best") or {}, d.get("baseline") or {}
+    gain = f" ({d['gain']:.2f}x the job's own settings)" if d.get("gain") else ""
+    head = (f"<p>Recommended: <code>{html.escape(d.get('snippet') or '')}</code></p>"
+            f"<p>Measured with it: <b>{html.escape(_rate(d.get('samples_per_s'), d.get('ci95')))}</b>{gain}; "
+            f"with the job's own settings ({html.escape(', '.join(f'{k}={v}' for k, v in own.items()))}): "
+            f"{html.escape(_rate(d.get('baseline_samples_per_s'), d.get('baseline_ci95')))}.</p>")
+    if d.get("predicted_samples_per_s"):
+        head += (f"<p class='muted'>The model predicts {_fmt(d['predicted_samples_per_s'])} samples/s at "
+                 f"num_workers={best.get('num_workers')}; search: {html.escape(d.get('stopped') or '')}.</p>")
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in d.get("notes") or [])
-    return ("<h2>Data stalls (lotus stalls)</h2>" + f'<p>{html.escape(rates)}</p>'
-            + _table([f"per iteration of {d.get('batch_size')} samples", "ms", "share"], rows)
-            + (f'<ul class="muted">{notes}</ul>' if notes else ""))
+    rows = [[html.escape(p["name"]), str(p["settings"].get("num_workers")), str(p["settings"].get("prefetch_factor")),
+             str(p["settings"].get("pin_memory")), str(p["settings"].get("persistent_workers")),
+             "FAILED" if p["failed"] else _fmt(p.get("samples_per_s")),
+             (f"{_fmt(p['ci95'][0])}-{_fmt(p['ci95'][1])}" if p.get("ci95") else "-"),
+             _fmt(p.get("predicted_samples_per_s")), html.escape(str(p.get("stopped_by") or "-"))]
+            for p in d.get("probes") or []]
+    return ("<h2>Recommended DataLoader settings (lotus tune)</h2>" + head
+            + (f'<ul class="muted">{notes}</ul>' if notes else "")
+            + "<h3>Probes</h3>" + _table(["probe", "workers", "prefetch", "pin", "persistent", "samples/s", "95% CI",
+                                          "predicted", "ended by"], rows))
+
+
+def _stalls_section(d: dict) -> str:
+    rows = [[k.replace("_", " "), _fmt(d.get(f"{k}_ms")), _share_ci(d.get(f"{k}_share"), d.get(f"{k}_share_ci95"))]
+            for k in ("compute", "prep_stall", "fetch_stall")]
+    rates = (f"ingestion {_rate(d.get('ingestion_samples_per_s'), d.get('ingestion_ci95'))}; warm cache "
+             f"{_rate(d.get('prep_samples_per_s'), d.get('prep_ci95'))}; cold cache "
+             f"{_rate(d.get('fetch_samples_per_s'), d.get('fetch_ci95'))}")
+    check = ""
+    if d.get("warm_stall_share") is not None and d.get("warm_measured_wait_share") is not None:
+        check = (f"<p class='muted'>Check: the warm run's stall share {_pct(d['warm_stall_share'])} vs the loop's "
+                 f"measured wait {_pct(d['warm_measured_wait_share'])} (steady state).</p>")
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in d.get("notes") or [])
+    return ("<h2>Data stalls (lotus stalls)</h2>"
+            + _table([f"per iteration of {d.get('batch_size')} samples", "ms", "share (95% CI)"], rows)
+            + f'<p>{html.escape(rates)}</p>' + check + (f'<ul class="muted">{notes}</ul>' if notes else ""))
 
 
 def _sensitivity_section(d: dict) -> str:
     rows = sorted(d.get("matrix") or [], key=lambda r: (r["cache_gb"], r["cpus"]))
-    table = _table(["page cache (GB)", "CPUs", "samples/s", "measured", "bottleneck"],
-                   [[_fmt(r["cache_gb"]), str(r["cpus"]), _fmt(r["samples_per_s"]), "yes" if r["measured"] else "",
+    table = _table(["page cache (GB)", "CPUs", "workers", "samples/s", "measured (95% CI, cache as run)", "bottleneck"],
+                   [[_fmt(r["cache_gb"]), str(r["cpus"]), str(r.get("num_workers", "-")), _fmt(r["samples_per_s"]),
+                     (("yes" + (f" ({_fmt(r['ci95'][0])}-{_fmt(r['ci95'][1])}" if r.get("ci95") else " (")
+                       + f"{html.escape(str(r.get('cache_state') or '-'))})") if r["measured"] else ""),
                      html.escape(str(r.get("bottleneck") or ""))] for r in rows])
     dem = d.get("demand")
     head = ""
     if dem:
-        head = (f"<p>Demand: <b>{dem['cpus']} CPUs</b> and <b>{_fmt(dem['cache_gb'])} GB</b> of page cache reach "
-                f"{_fmt(dem['samples_per_s'])} samples/s ({_pct(d.get('target'))} of the best, "
-                f"{'measured' if dem.get('measured') else 'predicted'}).</p>")
+        rate = _rate(dem["samples_per_s"], dem.get("ci95")) if dem.get("measured") else \
+            f"{_fmt(dem['samples_per_s'])} samples/s"
+        head = (f"<p>Demand: <b>{dem['cpus']} CPUs</b> ({dem.get('num_workers', '-')} workers) and "
+                f"<b>{_fmt(dem['cache_gb'])} GB</b> of page cache reach {html.escape(rate)} "
+                f"({_pct(d.get('target'))} of the best, {'measured' if dem.get('measured') else 'predicted'}).</p>")
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in d.get("notes") or [])
+    head += f'<ul class="muted">{notes}</ul>' if notes else ""
     img = ""
     try:
         from lotus.analysis.profiles import sensitivity_frame, sensitivity_heatmap
@@ -173,13 +231,21 @@ def render_html(report: dict, figures: list[tuple[str, bytes]] = (), *, title: s
              f"<style>{_CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
              f'<p class="muted">lotus {html.escape(report["lotus_version"])}'
              + (f' - {html.escape(report["data_dir"])}' if report.get("data_dir") else "") + "</p>",
-             "<h2>Summary</h2>", _headline(report)]
-    for name, c in report["configs"].items():
-        parts.append(_config_section(name, c))
+             ]
+    # a tune, stalls or sensitivity directory: the answer first, the probes (configs) below it
+    answers = any(report.get(k) for k in ("tune", "stalls", "sensitivity"))
+    if not answers:
+        parts += ["<h2>Summary</h2>", _headline(report)]
+    if report.get("tune"):
+        parts.append(_tune_section(report["tune"]))
     if report.get("stalls"):
         parts.append(_stalls_section(report["stalls"]))
     if report.get("sensitivity"):
         parts.append(_sensitivity_section(report["sensitivity"]))
+    if answers and report["configs"]:
+        parts += ["<h2>The probes</h2>", _headline(report)]
+    for name, c in report["configs"].items():
+        parts.append(_config_section(name, c))
     if figures:
         parts.append("<h2>Figures</h2>")
         for caption, png in figures:

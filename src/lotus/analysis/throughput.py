@@ -1,19 +1,19 @@
 """Throughput of the training loop from a trace: samples/s handed to the loop, per loader and in all.
 
-Two measures, per (rank, loader); ranks run side by side, so their rates add up:
-
-* ``skip="ramp"`` (default; what a launcher probe reports): from the hand-off of the *ramp*'s last batch
-  to the last hand-off of the run, epoch starts inside counted. The ramp is the ``num_workers x
-  prefetch_factor`` batches (1 without workers) that can all be ready before the loop's first request:
-  they go at the step's pace, so counting them favours many workers on short probes.
-* ``skip="epoch"`` (the steady state inside epochs, what lotus.model simulates): the same per epoch,
-  without the epoch starts, summed over epochs.
+One measure (:func:`lotus.trace.steady.steady_rate`), per (rank, loader); ranks run side by side, so
+their rates add up (their intervals in quadrature): from the hand-off of the *ramp*'s last batch to the
+last hand-off of the run, epoch starts inside counted (a long run pays them). The ramp is the
+``num_workers x prefetch_factor`` batches (1 without workers) that can all be ready before the loop's
+first request: they go at the step's pace, so counting them favours many workers on short probes. A few
+leading start-up batches after it (a first CUDA step) are left out too. Every rate comes with its 95%
+interval (``ci95``, batch means over whole rounds of the workers).
 
 Failed batches and exhausted fetches are not batches (``ok_batches``). The headline is the loader that
 handed out the most batches (the training loader when a script also validates).
 
 ``summarize_run(path)`` is what a launcher probe reports: this, plus the verdict's wait share; for a
-replay probe (``LOTUS_REPLAY``) only the replayed batches count (the loop's ingestion rate).
+replay probe (``LOTUS_REPLAY``) only the replayed batches count (the loop's ingestion rate), each epoch
+a stretch of its own (an epoch start prepares batches anew: not ingestion).
 """
 
 from __future__ import annotations
@@ -23,7 +23,12 @@ import os
 
 import numpy as np
 
+from lotus.trace.steady import SteadyRate, combine, steady_rate
+
 _log = logging.getLogger("lotus.analysis")
+
+COLUMNS = ["rank", "loader", "batches", "samples", "steady_batches", "steady_samples", "steady_s",
+           "samples_per_s", "ci95_lo", "ci95_hi", "ramp_batches", "startup_batches", "blocks", "note"]
 
 
 def _batch_size(loaders: dict, rank: int, loader: int):
@@ -40,64 +45,74 @@ def ramp_batches(desc: dict | None) -> int:
     return max(w * pf, 1)
 
 
-def _rate(t: np.ndarray, n: np.ndarray, k: int) -> tuple[float, float]:
-    """(samples, seconds) after the ``k``-th of the sorted hand-offs ``t`` (k at most len - 2; >= 1)."""
-    if len(t) < 2:
-        return 0.0, 0.0
-    k = max(1, min(k, len(t) - 2)) if len(t) > 2 else 1
-    return float(np.nansum(n[k:])), float(t[-1] - t[k - 1]) / 1e9
+def _workers(desc: dict | None) -> int:
+    w = (desc or {}).get("num_workers")
+    return w if isinstance(w, int) and w > 0 else 0
 
 
-def loader_throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False, skip: str = "ramp"):
-    """One row per (rank, loader): batches, samples, steady_samples, steady_s, samples_per_s (see the
-    module doc for ``skip``). ``replayed_only``: only batches lotus replayed (``LOTUS_REPLAY``: consumed,
-    never prepared), i.e. the loop's ingestion rate without loading."""
-    import pandas as pd
-
+def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
+    """{(rank, loader): (SteadyRate, batches, samples)} of every loader that handed out a batch."""
     from lotus.trace.batches import ok_batches
 
-    if skip not in ("ramp", "epoch"):
-        raise ValueError(f"skip must be 'ramp' or 'epoch', not {skip!r}")
-    cols = ["rank", "loader", "batches", "samples", "steady_samples", "steady_s", "samples_per_s"]
     b = ok_batches(batches)
     b = b[b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]
     if replayed_only:
         b = b[b["prep_dur_ns"].isna().to_numpy(dtype=bool, na_value=True)]
-    if b.empty:
-        return pd.DataFrame(columns=cols)
-    rows = []
+    out = {}
     for (rank, loader), g in b.groupby(["rank", "loader"], sort=True):
         desc = (loaders or {}).get((int(rank), int(loader))) or {}
-        fallback = _batch_size(loaders, int(rank), int(loader))
         n = g["n_samples"].astype("Float64")
+        fallback = _batch_size(loaders, int(rank), int(loader))
         if fallback is not None:
             n = n.fillna(fallback)
-        g = g.assign(_n=n.to_numpy(np.float64, na_value=np.nan), _t=g["consumed_ns"].astype("int64"))
-        k = 1 if replayed_only else ramp_batches(desc)
-        steady_n = steady_t = 0.0
-        parts = [g] if skip == "ramp" else [e for _, e in g.groupby("epoch", sort=True)]
-        for part in parts:
-            part = part.sort_values("_t")
-            dn, dt = _rate(part["_t"].to_numpy(np.float64), part["_n"].to_numpy(), k)
-            steady_n += dn
-            steady_t += dt
-        rows.append({"rank": int(rank), "loader": int(loader), "batches": len(g),
-                     "samples": float(np.nansum(g["_n"].to_numpy())), "steady_samples": steady_n,
-                     "steady_s": steady_t, "samples_per_s": steady_n / steady_t if steady_t > 0 else None})
-    return pd.DataFrame(rows, columns=cols)
+        order = np.argsort(g["consumed_ns"].to_numpy(np.int64), kind="stable")
+        t = g["consumed_ns"].to_numpy(np.int64)[order]
+        nn = n.to_numpy(np.float64, na_value=np.nan)[order]
+        seg = g["epoch"].to_numpy()[order] if replayed_only else None
+        r = steady_rate(t, nn, ramp=1 if replayed_only else ramp_batches(desc), workers=_workers(desc),
+                        segments=seg)
+        out[(int(rank), int(loader))] = (r, len(g), float(np.nansum(nn)))
+    return out
 
 
-def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False, skip: str = "ramp") -> dict:
-    """Samples/s of the main loader (summed over ranks), and the per-loader table as records."""
-    per = loader_throughput(batches, loaders, replayed_only=replayed_only, skip=skip)
-    if per.empty:
-        return {"samples_per_s": None, "batches": 0, "samples": 0, "loader": None, "loaders": []}
-    by_loader = per.groupby("loader")["batches"].sum()
-    main = int(by_loader.idxmax())
-    m = per[per["loader"] == main]
-    rates = m["samples_per_s"].dropna()
-    return {"samples_per_s": float(rates.sum()) if len(rates) else None, "batches": int(m["batches"].sum()),
-            "samples": float(m["samples"].sum()), "loader": main, "ranks": len(m),
+def loader_throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False):
+    """One row per (rank, loader): batches, samples, the steady window's batches/samples/seconds,
+    samples_per_s with its 95% interval (``ci95_lo``, ``ci95_hi``), what was left out. ``replayed_only``:
+    only batches lotus replayed (``LOTUS_REPLAY``: consumed, never prepared), the loop's ingestion rate."""
+    import pandas as pd
+
+    rows = []
+    for (rank, loader), (r, nb, ns) in loader_rates(batches, loaders, replayed_only=replayed_only).items():
+        rows.append({"rank": rank, "loader": loader, "batches": nb, "samples": ns, "steady_batches": r.batches,
+                     "steady_samples": r.samples, "steady_s": r.window_s, "samples_per_s": r.samples_per_s,
+                     "ci95_lo": r.ci95[0] if r.ci95 else None, "ci95_hi": r.ci95[1] if r.ci95 else None,
+                     "ramp_batches": r.ramp_batches, "startup_batches": r.startup_batches, "blocks": r.blocks,
+                     "note": r.note})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
+    """Samples/s of the main loader (summed over ranks) with its ``ci95``, and the per-loader table."""
+    rates = loader_rates(batches, loaders, replayed_only=replayed_only)
+    per = loader_throughput(batches, loaders, replayed_only=replayed_only) if rates else None
+    if not rates:
+        return {"samples_per_s": None, "ci95": None, "batches": 0, "samples": 0, "loader": None, "loaders": [],
+                "note": "no batch was handed to the loop"}
+    by_loader: dict[int, int] = {}
+    for (_rank, loader), (_r, nb, _ns) in rates.items():
+        by_loader[loader] = by_loader.get(loader, 0) + nb
+    main = max(sorted(by_loader), key=lambda lid: by_loader[lid])
+    mine: list[tuple[SteadyRate, int, float]] = [v for (_rk, lid), v in rates.items() if lid == main]
+    total, ci = combine([r for r, _, _ in mine])
+    notes = sorted({r.note for r, _, _ in mine if r.note})
+    return {"samples_per_s": total, "ci95": list(ci) if ci else None,
+            "rel_halfwidth": (ci[1] - total) / total if ci and total else None,
+            "batches": sum(nb for _, nb, _ in mine), "samples": sum(ns for _, _, ns in mine),
+            "steady_batches": sum(r.batches for r, _, _ in mine),
+            "window_s": max((r.window_s for r, _, _ in mine), default=0.0),
+            "left_out": {"ramp_batches": sum(r.ramp_batches for r, _, _ in mine),
+                         "startup_batches": sum(r.startup_batches for r, _, _ in mine)},
+            "note": "; ".join(notes) or None, "loader": main, "ranks": len(mine),
             "loaders": per.to_dict(orient="records")}
 
 
@@ -114,6 +129,6 @@ def summarize_run(path: str | os.PathLike) -> dict:
     v = verdict(cfg.events, cfg.batches, loaders=cfg.loaders)
     replayed = any(isinstance(d, dict) and d.get("replay_batches") for d in cfg.loaders.values())
     # a replay probe: the replayed batches inside epochs (an epoch start prepares batches anew: not ingestion)
-    t = throughput(cfg.batches, cfg.loaders, replayed_only=replayed, skip="epoch" if replayed else "ramp")
+    t = throughput(cfg.batches, cfg.loaders, replayed_only=replayed)
     return {"traced": True, **t, "wait_share": v["wait_share"], "steady_wait_share": v["steady_wait_share"],
             "class": v["class"], "verdict": v, "name": cfg.name}

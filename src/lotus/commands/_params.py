@@ -15,3 +15,36 @@ def cpus_option(ctx, param, value):
         return parse_cpus(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+PRECISION = 0.03  # a probe ends once its steady rate's 95% interval is within +-3%...
+PROBE_CAP_STEPS = 600  # ...or after this many batches...
+PROBE_CAP_S = 90.0  # ...or this many seconds of hand-offs, whichever comes first
+
+
+def probe_options(steps_default: int = PROBE_CAP_STEPS):
+    """``--steps`` (cap), ``--precision``, ``--max-seconds``: the one probe protocol of every probing command."""
+
+    def deco(f):
+        f = click.option("--max-seconds", "max_seconds", type=click.FloatRange(0, min_open=True),
+                         default=PROBE_CAP_S, show_default=True,
+                         help="A probe ends after this many seconds of batches (past its minimum window).")(f)
+        f = click.option("--precision", type=click.FloatRange(0, 1, max_open=True), default=PRECISION,
+                         show_default=True,
+                         help="A probe ends once its samples/s is known to +-this (95%); 0: run to --steps.")(f)
+        return click.option("--steps", type=click.IntRange(1), default=steps_default, show_default=True,
+                            help="Most batches per probe (its cap; with --precision 0 its exact length).")(f)
+
+    return deco
+
+
+def rate_text(rate: float | None, ci95=None, unit: str = "samples/s") -> str:
+    """'1,234.5 samples/s (95% CI 1,201.0-1,268.0)'; 'n/a' without a rate."""
+    if rate is None:
+        return "n/a"
+    text = f"{rate:,.1f} {unit}"
+    if ci95:
+        text += f" (95% CI {ci95[0]:,.1f}-{ci95[1]:,.1f})"
+    else:
+        text += " (no interval: too few batches)"
+    return text

@@ -20,6 +20,8 @@ from lotus.cli import LazyGroup
 # name -> (module:attribute, one-line help); imported only when that subcommand runs
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "gpu": ("lotus.commands.analyze_gpu:gpu", "GPU idle time and how much of it is waiting for data."),
+    "throughput": ("lotus.commands.analyze_throughput:throughput_cmd",
+                   "Steady-state samples/s with its 95% interval, and what was left out."),
 }
 
 

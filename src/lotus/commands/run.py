@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from lotus.commands._params import cpus_option
+from lotus.commands._params import cpus_option, rate_text
 
 
 def _settings(values) -> dict:
@@ -33,6 +33,11 @@ def _settings(values) -> dict:
               help="Override num_workers of every DataLoader of the job.")
 @click.option("--steps", type=click.IntRange(1), default=None,
               help="Probe: end the job cleanly (exit 0) after N batches of a loader were consumed.")
+@click.option("--precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+              help="Probe: end earlier, once the steady samples/s is known to +-this (95%; 0.03 = 3%). "
+                   "Needs --steps (the cap).")
+@click.option("--max-seconds", "max_seconds", type=click.FloatRange(0, min_open=True), default=None,
+              help="Probe: end after this many seconds of batches (past the ramp and a minimum window).")
 @click.option("--set", "settings", multiple=True, callback=lambda c, p, v: _settings(v), metavar="KEY=VALUE",
               help="Force a DataLoader setting on every loader: prefetch_factor, pin_memory, persistent_workers, "
                    "in_order, num_workers (repeatable).")
@@ -47,7 +52,8 @@ def _settings(values) -> dict:
 @click.option("--verdict/--no-verdict", default=True, show_default=True,
               help="Print the verdict (as `lotus analyze verdict`) to stderr at the end.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(trace_dir, workers, steps, settings, cpus, itt, telemetry, trace, timeout_s, verdict, command) -> None:
+def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, telemetry, trace, timeout_s, verdict,
+        command) -> None:
     """Run COMMAND (a script, `python -m ...`, a console script, torchrun) with lotus's DataLoader.
 
     Every torch.utils.data.DataLoader the command creates, in every process and torchrun rank, is
@@ -65,7 +71,10 @@ def run(trace_dir, workers, steps, settings, cpus, itt, telemetry, trace, timeou
         raise click.UsageError("no command given: lotus run [OPTIONS] -- COMMAND [ARGS]...")
     if steps is not None and not trace:
         raise click.UsageError("--steps needs tracing (drop --no-trace)")
-    options = LaunchOptions(trace_dir=trace_dir, trace=trace, workers=workers, steps=steps, cpus=cpus, itt=itt,
+    if (precision or max_seconds) and steps is None:
+        raise click.UsageError("--precision and --max-seconds end a probe early: give its cap with --steps")
+    options = LaunchOptions(trace_dir=trace_dir, trace=trace, workers=workers, steps=steps, precision=precision,
+                            max_seconds=max_seconds, cpus=cpus, itt=itt,
                             telemetry=telemetry, timeout_s=timeout_s, loader_args=settings)
     try:
         probe = launch(list(command), options)
@@ -97,8 +106,12 @@ def _report(probe, verdict: bool) -> None:
         click.echo(f"lotus run: note: {note}", err=True)
         return
     rate = s.get("samples_per_s")
+    ended = {"precision": "; ended: interval within --precision", "time": "; ended: --max-seconds",
+             "steps": "; ended: --steps"}.get(probe.stopped_by or "", "")
     click.echo(f"lotus run: trace in {probe.trace_dir}: {s['batches']} batches"
-               + (f", {rate:,.1f} samples/s (steady state)" if rate else ""), err=True)
+               + (f", {rate_text(rate, s.get('ci95'))} in the steady state" if rate else "") + ended, err=True)
+    if rate and s.get("note"):
+        click.echo(f"lotus run: note: {s['note']}", err=True)
     if verdict:
         from lotus.commands.analyze import _print_verdict
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from lotus.commands._params import probe_options, rate_text
+
 
 def _int_list(ctx, param, value):
     if value is None:
@@ -26,7 +28,7 @@ def _float_list(ctx, param, value):
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--steps", type=click.IntRange(5), default=40, show_default=True, help="Batches per probe.")
+@probe_options()
 @click.option("--cpus-grid", callback=_int_list, default=None, metavar="LIST",
               help="CPU counts (default 1, 2, 4... up to the CPUs this process may use).")
 @click.option("--cache-gb", callback=_float_list, default=None, metavar="LIST",
@@ -43,8 +45,8 @@ def _float_list(ctx, param, value):
 @click.option("--fig", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Heatmap (PNG/SVG/PDF).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def sensitivity(steps, cpus_grid, cache_gb, target, max_probes, max_minutes, timeout_s, out, fig, as_json,
-                command) -> None:
+def sensitivity(steps, precision, max_seconds, cpus_grid, cache_gb, target, max_probes, max_minutes, timeout_s, out,
+                fig, as_json, command) -> None:
     """Throughput of COMMAND over CPU counts x page-cache sizes: a few probes measured, the rest predicted.
 
     Prints the matrix (measured points marked) and the job's demand vector: the fewest CPUs and GB of
@@ -68,7 +70,8 @@ def sensitivity(steps, cpus_grid, cache_gb, target, max_probes, max_minutes, tim
         click.echo(f"lotus sensitivity: probe {name}...", err=True)
 
     try:
-        profile = run_profile(command, out, steps=steps, cpus_grid=cpus_grid, cache_grid_gb=cache_gb, target=target,
+        profile = run_profile(command, out, steps=steps, precision=precision or None, max_seconds=max_seconds,
+                              cpus_grid=cpus_grid, cache_grid_gb=cache_gb, target=target,
                               max_probes=max_probes, max_minutes=max_minutes, timeout_s=timeout_s, progress=progress)
     except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
@@ -99,8 +102,11 @@ def _print(doc: dict, out: Path, fig_path: Path) -> None:
     cpus = sorted({r["cpus"] for r in rows})
     by = {(r["cpus"], r["cache_gb"]): r for r in rows}
     click.echo(f"lotus sensitivity: {out} ({doc['seconds']:.0f} s, {len(doc['probes'])} probes)")
-    click.echo("  samples/s by page cache (GB, rows) x CPUs (columns); * measured")
+    click.echo("  samples/s by page cache (GB, rows) x CPUs (columns), each with the num_workers the model finds "
+               "best for those CPUs; * measured")
     click.echo("  " + " " * 10 + "".join(f"{c:>12d}" for c in cpus))
+    workers = {c: by[(c, caches[-1])].get("num_workers") for c in cpus if (c, caches[-1]) in by}
+    click.echo("  " + "workers".rjust(9) + " " + "".join(f"{workers.get(c, '-')!s:>12}" for c in cpus))
     for g in caches:
         cells = []
         for c in cpus:
@@ -108,11 +114,18 @@ def _print(doc: dict, out: Path, fig_path: Path) -> None:
             v = r and r["samples_per_s"]
             cells.append(("-" if not v else f"{v:,.0f}") + ("*" if r and r["measured"] else " "))
         click.echo(f"  {g:>9g} " + "".join(f"{cell:>12s}" for cell in cells))
+    measured = [r for r in rows if r["measured"]]
+    if measured:
+        click.echo("  measured points:")
+        for r in sorted(measured, key=lambda r: (r["cpus"], r["cache_gb"])):
+            click.echo(f"    {r['cpus']} CPUs, {r['num_workers']} workers, page cache {r.get('cache_state') or '-'}: "
+                       f"{rate_text(r['samples_per_s'], r.get('ci95'))}")
     d = doc["demand"]
     if d:
-        click.echo(f"  demand: {d['cpus']} CPUs and {d['cache_gb']:g} GB of page cache reach "
-                   f"{d['samples_per_s']:,.0f} samples/s (>= {doc['target']:.0%} of the best, "
-                   f"{d['best_samples_per_s']:,.0f}){' (measured)' if d['measured'] else ' (predicted)'}")
+        rate = rate_text(d["samples_per_s"], d.get("ci95")) if d["measured"] else f"{d['samples_per_s']:,.0f} samples/s"
+        click.echo(f"  demand: {d['cpus']} CPUs ({d.get('num_workers')} workers) and {d['cache_gb']:g} GB of page "
+                   f"cache reach {rate} (>= {doc['target']:.0%} of the best, {d['best_samples_per_s']:,.0f})"
+                   f"{' (measured)' if d['measured'] else ' (predicted)'}")
     if doc.get("full_sweep_estimate_s"):
         click.echo(f"  a full sweep would take about {doc['full_sweep_estimate_s']:.0f} s "
                    f"({doc['seconds'] / doc['full_sweep_estimate_s']:.0%} of it spent here)")

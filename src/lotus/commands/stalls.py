@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from lotus.commands._params import cpus_option
+from lotus.commands._params import cpus_option, probe_options, rate_text
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--steps", type=click.IntRange(5), default=50, show_default=True, help="Batches per probe.")
+@probe_options()
 @click.option("--data", type=click.Path(exists=True, path_type=Path), default=None,
               help="The dataset's files (a directory), when the job's dataset does not list them.")
 @click.option("--workers", type=click.IntRange(0), default=None, help="Override num_workers in every probe.")
@@ -21,7 +21,7 @@ from lotus.commands._params import cpus_option
               help="Stop a probe after this long.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def stalls(steps, data, workers, cpus, out, timeout_s, as_json, command) -> None:
+def stalls(steps, precision, max_seconds, data, workers, cpus, out, timeout_s, as_json, command) -> None:
     """Split a training step into compute, prep stall and fetch stall (DS-Analyzer's analysis).
 
     Runs COMMAND four times for --steps batches: listing the dataset's files, warm page cache, cold
@@ -44,7 +44,7 @@ def stalls(steps, data, workers, cpus, out, timeout_s, as_json, command) -> None
     out = out or default_trace_dir([f"stalls-{script_name(command)}"])
     try:
         report = run_stalls(command, out, steps=steps, data=str(data) if data else None, workers=workers, cpus=cpus,
-                            timeout_s=timeout_s,
+                            timeout_s=timeout_s, precision=precision or None, max_seconds=max_seconds,
                             progress=lambda name: click.echo(f"lotus stalls: probe '{name}'...", err=True))
     except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
@@ -72,19 +72,24 @@ def _dumps(doc) -> str:
 
 
 def _print(d: dict) -> None:
-    def rate(v):
-        return "-" if v is None else f"{v:,.1f}"
-
-    def ms(v, share):
-        return "-" if v is None else f"{v:8.2f} ms ({share:.0%})"
+    def ms(key):
+        v, share, ci = d[f"{key}_ms"], d[f"{key}_share"], d.get(f"{key}_share_ci95")
+        if v is None:
+            return "-"
+        band = f", 95% CI {ci[0]:.0%}-{ci[1]:.0%}" if ci else ""
+        return f"{v:8.2f} ms ({share:.0%}{band})"
 
     click.echo(f"lotus stalls: {d['out']}")
-    click.echo(f"  samples/s: ingestion (compute only) {rate(d['ingestion_samples_per_s'])}, "
-               f"warm cache {rate(d['prep_samples_per_s'])}, cold cache {rate(d['fetch_samples_per_s'])}")
+    click.echo(f"  ingestion (compute only): {rate_text(d['ingestion_samples_per_s'], d.get('ingestion_ci95'))}")
+    click.echo(f"  warm page cache:          {rate_text(d['prep_samples_per_s'], d.get('prep_ci95'))}")
+    click.echo(f"  cold page cache:          {rate_text(d['fetch_samples_per_s'], d.get('fetch_ci95'))}")
     if d["compute_ms"] is not None:
         click.echo(f"  per iteration of {d['batch_size']} samples:")
-        click.echo(f"    compute      {ms(d['compute_ms'], d['compute_share'])}")
-        click.echo(f"    prep stall   {ms(d['prep_stall_ms'], d['prep_stall_share'])}")
-        click.echo(f"    fetch stall  {ms(d['fetch_stall_ms'], d['fetch_stall_share'])}")
+        click.echo(f"    compute      {ms('compute')}")
+        click.echo(f"    prep stall   {ms('prep_stall')}")
+        click.echo(f"    fetch stall  {ms('fetch_stall')}")
+    if d.get("warm_stall_share") is not None and d.get("warm_measured_wait_share") is not None:
+        click.echo(f"  check: the warm run's stall share {d['warm_stall_share']:.0%} vs the loop's measured wait "
+                   f"{d['warm_measured_wait_share']:.0%} (steady state)")
     for note in d["notes"]:
         click.echo(f"  note: {note}")

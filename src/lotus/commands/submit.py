@@ -44,8 +44,10 @@ def _progress():
               help="The example trainer script (default: examples/train_imagenet.py of the lotus checkout).")
 @click.option("--steps", type=click.IntRange(1), default=None,
               help="End every app cleanly after N batches (a row's `steps` wins).")
-@click.option("--probe-steps", type=click.IntRange(5), default=30, show_default=True,
-              help="Batches of each workers=auto profiling probe.")
+@click.option("--probe-steps", type=click.IntRange(5), default=600, show_default=True,
+              help="Most batches of each workers=auto profiling probe (its cap).")
+@click.option("--probe-precision", type=click.FloatRange(0, 1, max_open=True), default=0.03, show_default=True,
+              help="A profiling probe ends once its samples/s is known to +-this (95%); 0: run to --probe-steps.")
 @click.option("--cpus", callback=cpus_option, default=None, metavar="LIST",
               help="CPUs the apps may use, e.g. 0-15 (default: all CPUs this process may use).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
@@ -59,8 +61,8 @@ def _progress():
 @click.option("--no-report", is_flag=True, help="Do not write the HTML report.")
 @click.option("--no-figures", is_flag=True, help="Report without figures (faster).")
 @click.option("--json", "as_json", is_flag=True, help="Print the table (or, with --dry-run, the plan) as JSON.")
-def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps, probe_steps, cpus, timeout_s,
-           out_dir, partition, time_min, no_report, no_figures, as_json) -> None:
+def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps, probe_steps, probe_precision, cpus,
+           timeout_s, out_dir, partition, time_min, no_report, no_figures, as_json) -> None:
     """Run the apps of APPS_CSV (torchloader's dl_submit.conf.csv columns: arch, depth, batch, workers,
     output_folder, port, submit_interval, cuda_device; or a `command` column), each through `lotus run`
     with its own trace directory, then print a table per app and write one report over all of them.
@@ -88,7 +90,8 @@ def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps
         if generate and data_dir is None:
             raise AppsError("--generate needs --data DIR (where the images go)")
         opts = PlanOptions(out_dir=out_dir, concurrent=mode == "concurrent", data_dir=data_dir, trainer=trainer,
-                           steps=steps, probe_steps=probe_steps, cpus=cpus, timeout_s=timeout_s)
+                           steps=steps, probe_steps=probe_steps, probe_precision=probe_precision or None, cpus=cpus,
+                           timeout_s=timeout_s)
         plan = build_plan(apps, opts, known_curves(apps) if dry_run else None)
         if data_dir is not None and not generate and not data_dir.is_dir() and \
                 any(a.command is None for a in apps):

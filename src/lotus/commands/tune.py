@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lotus.commands._params import cpus_option
+from lotus.commands._params import cpus_option, probe_options, rate_text
 
 _KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
 
@@ -22,7 +22,7 @@ def _only(ctx, param, value):
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--steps", type=click.IntRange(5), default=50, show_default=True, help="Batches per probe.")
+@probe_options()
 @click.option("--cpus", callback=cpus_option, default=None, metavar="LIST",
               help="CPUs the job may use, e.g. 0-7 (affinity of every probe; default: all of this process's).")
 @click.option("--budget-minutes", type=click.FloatRange(0, min_open=True), default=10.0, show_default=True,
@@ -42,8 +42,8 @@ def _only(ctx, param, value):
               help="Every probe's trace directory and tune.json (default lotus-runs/tune-<script>-<time>/).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def tune(steps, cpus, budget_minutes, max_probes, max_workers, tolerance, min_gain, only, timeout_s, out, as_json,
-         command) -> None:
+def tune(steps, precision, max_seconds, cpus, budget_minutes, max_probes, max_workers, tolerance, min_gain, only,
+         timeout_s, out, as_json, command) -> None:
     """Find the DataLoader settings of COMMAND that maximise samples/s.
 
     One probe of the job as it is, then the throughput model proposes num_workers and short probes
@@ -67,7 +67,8 @@ def tune(steps, cpus, budget_minutes, max_probes, max_workers, tolerance, min_ga
             click.echo(f"lotus tune: {line}", err=True)
 
     try:
-        result = run_tune(list(command), out=out, steps=steps, cpus=cpus, budget_minutes=budget_minutes,
+        result = run_tune(list(command), out=out, steps=steps, precision=precision or None, max_seconds=max_seconds,
+                          cpus=cpus, budget_minutes=budget_minutes,
                           max_probes=max_probes, max_workers=max_workers, tolerance=tolerance, min_gain=min_gain,
                           only=only, timeout_s=timeout_s, progress=progress)
     except CommandNotFound as exc:
@@ -94,6 +95,10 @@ def _num(v, fmt="{:,.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+def _ci(ci) -> str:
+    return f"{ci[0]:,.1f}-{ci[1]:,.1f}" if ci else "-"
+
+
 def _print(r) -> None:
     failed = [p for p in r.probes if p.failed]
     click.echo(f"lotus tune: {len(r.probes)} probes in {r.seconds:.0f} s ({r.cpus} CPUs); traces in {r.out}")
@@ -101,20 +106,22 @@ def _print(r) -> None:
     click.echo(f"    {r.best.snippet()}")
     own = r.baseline
     gain = f" ({r.gain:.2f}x)" if r.gain else ""
-    click.echo(f"  samples/s: {_num(r.samples_per_s)} measured with it, {_num(r.baseline_samples_per_s)} with the "
-               f"job's own settings (num_workers={own.num_workers}, prefetch_factor={own.prefetch_factor}, "
-               f"pin_memory={own.pin_memory}, persistent_workers={own.persistent_workers}){gain}")
+    click.echo(f"  measured with it: {rate_text(r.samples_per_s, r.ci95)}{gain}")
+    click.echo(f"  with the job's own settings (num_workers={own.num_workers}, prefetch_factor={own.prefetch_factor}, "
+               f"pin_memory={own.pin_memory}, persistent_workers={own.persistent_workers}): "
+               f"{rate_text(r.baseline_samples_per_s, r.baseline_ci95)}")
     if r.predicted_samples_per_s:
         click.echo(f"  the model predicts {_num(r.predicted_samples_per_s)} samples/s at num_workers="
                    f"{r.best.num_workers}; search: {r.stopped}")
     click.echo(f"  {'probe':<24} {'workers':>7} {'pf':>3} {'pin':>5} {'persist':>7} {'samples/s':>10} "
-               f"{'predicted':>10} {'wait':>5} {'wall s':>7}")
+               f"{'95% CI':>19} {'predicted':>10} {'wait':>5} {'wall s':>7} ended by")
     for p in r.probes:
         s = p.settings
         rate = _num(p.samples_per_s) if not p.failed else f"FAILED {p.exit_code}"
         click.echo(f"  {p.name:<24} {_num(s.get('num_workers'), '{}'):>7} {_num(s.get('prefetch_factor'), '{}'):>3} "
                    f"{s.get('pin_memory')!s:>5} {s.get('persistent_workers')!s:>7} {rate:>10} "
-                   f"{_num(p.predicted_samples_per_s):>10} {_num(p.wait_share, '{:.0%}'):>5} {p.wall_s:>7.1f}")
+                   f"{_ci(p.ci95):>19} {_num(p.predicted_samples_per_s):>10} {_num(p.wait_share, '{:.0%}'):>5} "
+                   f"{p.wall_s:>7.1f} {p.stopped_by or '-'}")
     for p in failed:
         click.echo(f"  {p.name} failed (exit code {p.exit_code}); its stderr ends with:")
         for line in (p.stderr_tail or "(nothing)").strip().splitlines()[-10:]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from lotus.commands._params import rate_text
 from lotus.commands.analyze import echo_json, writing
 
 
@@ -78,7 +79,7 @@ def _print(w) -> None:
     m = w.measured
     cpus = _num(m["cpus"], "{:g}")
     click.echo(f"traced: num_workers={m['num_workers']} cpus={cpus} batch_size={m['batch_size']} "
-               f"prefetch_factor={m['prefetch_factor']}: measured {_num(m['samples_per_s'])} samples/s "
+               f"prefetch_factor={m['prefetch_factor']}: measured {rate_text(m['samples_per_s'], m.get('ci95'))} "
                f"(wait {_num(m['wait_share'], '{:.1%}')}), model {_num(m['predicted_samples_per_s'])} samples/s "
                f"(wait {_num(m['predicted_wait_share'], '{:.1%}')}), bottleneck: {m['bottleneck']}")
     t = w.predictions

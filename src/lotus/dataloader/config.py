@@ -54,6 +54,26 @@ def steps_limit() -> int | None:
     return n if n else None
 
 
+def _env_float(name: str) -> float | None:
+    text = os.environ.get(name, "").strip()
+    try:
+        value = float(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and value > 0 else None
+
+
+def stop_rule(world_size: int):
+    """The adaptive probe end (``lotus run --precision``), or None. One rank only: ranks that stop at
+    different steps would leave a collective waiting, so a job of several ranks ends at ``--steps``."""
+    precision, max_s = _env_float(_env.PRECISION), _env_float(_env.PROBE_MAX_S)
+    if (precision is None and max_s is None) or world_size > 1:
+        return None
+    from lotus.dataloader.probe import StopRule
+
+    return StopRule(precision=precision, max_s=max_s)
+
+
 def replay_batches() -> int:
     """Batches to prepare and then replay (``lotus stalls`` ingestion probe); 0: off."""
     return _env_int(REPLAY_ENV) or 0

@@ -27,6 +27,7 @@ from lotus.dataloader.config import (
     resolve_telemetry,
     resolve_trace_dir,
     steps_limit,
+    stop_rule,
 )
 from lotus.dataloader.policy import Policy, resolve_policy
 from lotus.dataloader.recorder import Recorder, make_itt
@@ -87,6 +88,8 @@ class LoaderTrace:
         self.rank, self.world_size = distributed_rank()
         self.telemetry = telemetry
         self.stop_after = steps_limit()  # lotus run --steps: batches this loader hands out before the job ends
+        self.stop_rule = stop_rule(self.world_size) if self.stop_after is not None else None  # --precision
+        self.prefetch_factor = getattr(loader, "prefetch_factor", None) or 2
         self.replay_batches = replay_batches()  # lotus stalls' ingestion probe (lotus.dataloader.replay)
         self.consumed = 0
         self.last_batch = -1

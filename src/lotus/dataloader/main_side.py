@@ -100,12 +100,15 @@ class _MainSide:
     def __next__(self):
         lt = self._lt
         if lt.stop_after is not None:
-            if lt.consumed >= lt.stop_after:
+            why = "steps" if lt.consumed >= lt.stop_after else None
+            if why is None and lt.stop_rule is not None and lt.on:
+                why = lt.stop_rule.check(lt.consumed, self._lotus_prev, self._num_workers, lt.prefetch_factor)
+            if why is not None:
                 from lotus.dataloader.probe import end_job
 
                 if lt.on:
                     self._lotus_step_done(mono())  # the last batch's step is complete: the loop asks again
-                end_job(lt, self)  # raises SystemExit(0)
+                end_job(lt, self, why)  # raises SystemExit(0)
             if not lt.on:
                 data = super().__next__()
                 lt.consumed += 1

@@ -1,10 +1,18 @@
-"""Probe mode (``lotus run --steps N``): end the job cleanly once a loader handed out N batches.
+"""Probe mode (``lotus run --steps N [--precision P] [--max-seconds S]``): end the job cleanly once a loader
+handed out N batches, or earlier once its steady-state rate is known well enough.
 
-When the training loop asks a loader for batch N+1 (so the step of batch N is complete and recorded),
-:func:`end_job` closes the epoch in the trace, stops this iterator's workers (their files get their
-end records), closes every trace file of this process, leaves a marker file for the launcher, and
-raises ``SystemExit(0)``: ``finally`` blocks and atexit handlers of the script run as on any exit.
-The launcher stops a job that does not exit within its grace period (a thread that never ends).
+When the training loop asks a loader for the next batch (so the step of the last one is complete and
+recorded) and the probe is over, :func:`end_job` closes the epoch in the trace, stops this iterator's
+workers (their files get their end records), closes every trace file of this process, leaves a marker
+file for the launcher (with why it stopped: ``steps``, ``precision`` or ``time``), and raises
+``SystemExit(0)``: ``finally`` blocks and atexit handlers of the script run as on any exit. The launcher
+stops a job that does not exit within its grace period (a thread that never ends).
+
+:class:`StopRule` is the adaptive end: the hand-off times of the loader go through the one estimator
+(:func:`lotus.trace.steady.steady_rate`, the one :mod:`lotus.analysis.throughput` reports) every round
+of the workers; the probe ends when the 95% interval's half-width is within ``precision`` of the rate
+(after at least :data:`MIN_BLOCKS_TO_STOP` blocks of whole rounds), or after ``max_s`` seconds of
+hand-offs past the minimum window.
 """
 
 from __future__ import annotations
@@ -17,8 +25,51 @@ from pathlib import Path
 from lotus._env import STEPS_MARKER
 from lotus.trace import schema as S
 
+MIN_BLOCKS_TO_STOP = 8  # the interval of fewer blocks is itself too uncertain to stop on
+MIN_WINDOW = 16  # and never fewer batches than this after the ramp
 
-def end_job(lt, iterator) -> None:
+
+class StopRule:
+    """Decides, per request of the loop, whether the probe has measured enough (see the module doc)."""
+
+    def __init__(self, precision: float | None, max_s: float | None):
+        self.precision = precision
+        self.max_ns = int(max_s * 1e9) if max_s else None
+        self.t: list[int] = []
+        self.seen = 0
+        self.last = None  # the last estimate (lotus.trace.steady.SteadyRate)
+
+    def check(self, consumed: int, prev, workers: int, prefetch: int) -> str | None:
+        """``prev``: (batch, hand-off ns) of the batch the loop holds. Returns why to stop, or None."""
+        if consumed > self.seen and prev is not None:
+            self.t.append(prev[1])
+            self.seen = consumed
+        w = max(int(workers or 0), 1)
+        ramp = max(int(workers or 0) * int(prefetch or 2), 1)
+        need = ramp + max(MIN_BLOCKS_TO_STOP * w, MIN_WINDOW)
+        n = len(self.t)
+        if n < need:
+            return None
+        if self.max_ns is not None and self.t[-1] - self.t[0] >= self.max_ns:
+            self._estimate(ramp, workers)
+            return "time"
+        if self.precision is None or (n - need) % w:
+            return None
+        r = self._estimate(ramp, workers)
+        if r.rel_halfwidth is not None and r.blocks >= MIN_BLOCKS_TO_STOP and r.rel_halfwidth <= self.precision:
+            return "precision"
+        return None
+
+    def _estimate(self, ramp: int, workers: int):
+        import numpy as np
+
+        from lotus.trace.steady import steady_rate
+
+        self.last = steady_rate(np.asarray(self.t, dtype=np.int64), ramp=ramp, workers=workers or 0)
+        return self.last
+
+
+def end_job(lt, iterator, why: str = "steps") -> None:
     try:
         iterator._lotus_epoch_end(S.EPOCH_PROBE_END)
     except Exception:
@@ -36,9 +87,12 @@ def end_job(lt, iterator) -> None:
     except Exception:
         pass
     try:
+        rule = getattr(lt, "stop_rule", None)
+        est = rule.last.rel_halfwidth if rule is not None and rule.last is not None else None
         marker = Path(lt.trace_dir) / f"{STEPS_MARKER}-r{lt.rank}-p{os.getpid()}.json"
         marker.write_text(json.dumps({"pid": os.getpid(), "rank": lt.rank, "loader": lt.loader_id,
-                                      "steps": lt.consumed, "wall_ns": time.time_ns()}))
+                                      "steps": lt.consumed, "wall_ns": time.time_ns(), "stopped_by": why,
+                                      "rel_halfwidth": est}))
     except Exception:
         pass
     raise SystemExit(0)

@@ -22,7 +22,9 @@ class LaunchOptions:
     trace_dir: str | os.PathLike | None = None  # default: lotus-runs/<script>-<time>/
     trace: bool = True  # False: lotus's DataLoader is patched in, untraced (drop-in checks)
     workers: int | None = None
-    steps: int | None = None
+    steps: int | None = None  # end after this many batches (a probe's cap)
+    precision: float | None = None  # end earlier, once the steady rate's 95% interval is within +-precision
+    max_seconds: float | None = None  # end a probe after this many seconds of hand-offs (past its minimum)
     cpus: list[int] | None = None
     itt: bool = False
     telemetry: bool = False
@@ -114,7 +116,8 @@ def job_env(options: LaunchOptions, trace_dir: Path | None, base: dict[str, str]
     old = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = boot_dir() + (os.pathsep + old if old else "")
     env[_env.LAUNCH] = "1"
-    for name in (_env.TRACE_DIR, _env.WORKERS, _env.STEPS, _env.ITT, _env.TELEMETRY, _env.REPLAY,
+    for name in (_env.TRACE_DIR, _env.WORKERS, _env.STEPS, _env.PRECISION, _env.PROBE_MAX_S, _env.ITT, _env.TELEMETRY,
+                 _env.REPLAY,
                  _env.DATASET_FILES, _env.LOADER_ARGS):
         env.pop(name, None)
     if options.loader_args:
@@ -127,6 +130,10 @@ def job_env(options: LaunchOptions, trace_dir: Path | None, base: dict[str, str]
         env[_env.WORKERS] = str(int(options.workers))
     if options.steps is not None:
         env[_env.STEPS] = str(int(options.steps))
+        if options.precision:
+            env[_env.PRECISION] = repr(float(options.precision))
+        if options.max_seconds:
+            env[_env.PROBE_MAX_S] = repr(float(options.max_seconds))
     if options.replay:
         env[_env.REPLAY] = str(int(options.replay))
     if options.list_dataset_files:

@@ -52,6 +52,7 @@ class Probe:
     cpus: list[int] | None = None
     workers: int | None = None
     steps: int | None = None
+    stopped_by: str | None = None  # a probe: "steps" (its cap), "precision" (interval narrow enough), "time"
     stdout_path: Path | None = None
     stderr_path: Path | None = None
     _summary: dict | None = field(default=None, repr=False)
@@ -79,6 +80,10 @@ class Probe:
     @property
     def samples_per_s(self) -> float | None:
         return self.summary().get("samples_per_s")
+
+    @property
+    def ci95(self) -> list[float] | None:
+        return self.summary().get("ci95")
 
     @property
     def wait_share(self) -> float | None:
@@ -127,6 +132,18 @@ def _write_run_file(trace_dir: Path, doc: dict) -> None:
 
 def _steps_reached(trace_dir: Path | None) -> bool:
     return trace_dir is not None and any(trace_dir.glob(f"{STEPS_MARKER}-*"))
+
+
+def stopped_by(trace_dir: Path | None) -> str | None:
+    """Why a probe ended (``steps``, ``precision``, ``time``; the first rank's marker), None if it did not."""
+    if trace_dir is None:
+        return None
+    for marker in sorted(Path(trace_dir).glob(f"{STEPS_MARKER}-*")):
+        try:
+            return json.loads(marker.read_text()).get("stopped_by") or "steps"
+        except (OSError, ValueError, AttributeError):
+            return "steps"
+    return None
 
 
 def _terminal() -> int | None:
@@ -215,6 +232,10 @@ def launch(command: list[str], options: LaunchOptions | None = None) -> Probe:
     check_cpus(options.cpus)
     if options.steps is not None and not options.trace:
         raise LaunchError("--steps needs tracing (it counts the batches lotus's DataLoader hands out)")
+    if (options.precision or options.max_seconds) and options.steps is None:
+        raise LaunchError("--precision and --max-seconds end a probe early: give its cap with --steps")
+    if options.precision is not None and not 0 < options.precision < 1:
+        raise LaunchError(f"--precision must be between 0 and 1 (0.03 = +-3%), not {options.precision}")
     trace_dir = None
     if options.trace or options.trace_dir is not None or options.capture:
         trace_dir = Path(options.trace_dir) if options.trace_dir is not None else default_trace_dir(command)
@@ -233,7 +254,8 @@ def launch(command: list[str], options: LaunchOptions | None = None) -> Probe:
         out, err = open(stdout_path, "wb"), open(stderr_path, "wb")  # noqa: SIM115 - closed below
     run_doc = {"version": 1, "command": command, "pid": None, "hostname": socket.gethostname(),
                "boot_id": _boot_id(), "start_wall_ns": time.time_ns(), "end_wall_ns": None, "exit_code": None,
-               "steps": options.steps, "workers": options.workers,
+               "steps": options.steps, "precision": options.precision, "max_seconds": options.max_seconds,
+               "workers": options.workers,
                "cpus": format_cpus(options.cpus) if options.cpus else None, "cwd": str(options.cwd or os.getcwd())}
     t0 = time.monotonic()
     tty = _terminal() if threading.current_thread() is threading.main_thread() else None
@@ -289,10 +311,11 @@ def launch(command: list[str], options: LaunchOptions | None = None) -> Probe:
         code = 0
     else:
         code = rc if rc >= 0 else 128 - rc
+    ended_by = stopped_by(trace_dir) if steps_reached else None
     run_doc.update(end_wall_ns=time.time_ns(), exit_code=code, returncode=rc, stopped=stopped,
-                   steps_reached=steps_reached, wall_s=wall)
+                   steps_reached=steps_reached, stopped_by=ended_by, wall_s=wall)
     if trace_dir is not None:
         _write_run_file(trace_dir, run_doc)
     return Probe(command=command, trace_dir=trace_dir if options.trace else None, exit_code=code, wall_s=wall,
                  steps_reached=steps_reached, stopped=stopped, cpus=options.cpus, workers=options.workers,
-                 steps=options.steps, stdout_path=stdout_path, stderr_path=stderr_path)
+                 steps=options.steps, stopped_by=ended_by, stdout_path=stdout_path, stderr_path=stderr_path)

@@ -140,13 +140,16 @@ def int_or_none(v) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
-def measured_rate(run, loader: int, ranks: int) -> float | None:
-    from lotus.analysis.throughput import loader_throughput
+def measured_rate(run, loader: int, ranks: int) -> tuple[float | None, tuple[float, float] | None]:
+    """The one measure (:mod:`lotus.analysis.throughput`) of ``loader`` per rank, and its 95% interval."""
+    from lotus.analysis.throughput import loader_rates
+    from lotus.trace.steady import combine
 
-    per = loader_throughput(run.batches, run.loaders, skip="epoch")  # steady state inside epochs, as simulated
-    per = per[per["loader"] == loader]
-    rates = per["samples_per_s"].dropna()
-    return float(rates.sum()) / ranks if len(rates) else None
+    rates = [r for (_rank, lid), (r, _nb, _ns) in loader_rates(run.batches, run.loaders).items() if lid == loader]
+    total, ci = combine(rates)
+    if total is None:
+        return None, None
+    return total / ranks, ((ci[0] / ranks, ci[1] / ranks) if ci else None)
 
 
 __all__ = ["busy_workers", "handoff", "int_or_none", "measured_rate", "rereads", "steps", "wait_shares",

@@ -53,6 +53,7 @@ class RunSummary:
     cpu_stretch: float = 1.0  # fitted: measured / uncontended worker time
     dataset_len: int | None = None  # from the loader description
     sampler: str | None = None
+    samples_per_s_ci95: tuple[float, float] | None = None  # 95% interval of samples_per_s
 
 
 @dataclass

@@ -88,7 +88,8 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
                 cache_rows = [(float(g), hit_rate_at(steady, g, total)) for g in cache_gb]
     table = prediction_table(model, workers, cpus, cache=cache_rows, batch_size=batch_size)
     measured = {"num_workers": t.num_workers, "cpus": t.cpus, "batch_size": t.batch_size,
-                "prefetch_factor": t.prefetch_factor, "samples_per_s": t.samples_per_s, "wait_share": t.wait_share,
+                "prefetch_factor": t.prefetch_factor, "samples_per_s": t.samples_per_s,
+                "ci95": list(t.samples_per_s_ci95) if t.samples_per_s_ci95 else None, "wait_share": t.wait_share,
                 "predicted_samples_per_s": traced.samples_per_s, "predicted_wait_share": traced.wait_share,
                 "bottleneck": traced.bottleneck}
     if t.samples_per_s:

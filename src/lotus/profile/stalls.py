@@ -12,7 +12,11 @@ Every probe is ``lotus.launch.launch(command, steps=S)`` into its own trace dire
 
 Per iteration (batch): compute = B / ingestion rate; prep stall = B / prep rate - compute; fetch stall
 = B / fetch rate - B / prep rate (negatives, i.e. noise, clipped to 0); shares are of the cold
-iteration time. Rates are the steady-state samples/s of the trace (first batch of each probe left out).
+iteration time. Rates are the one steady-state measure (:mod:`lotus.analysis.throughput`) with their 95%
+intervals; every probe but the replay follows the one probe protocol (it ends once its rate is known to
++-``precision``, or at its caps). The split's intervals come from the rates' (normal draws around each
+rate, the split recomputed per draw: 2.5th-97.5th percentiles). Beside the split, the warm probe's
+directly measured wait share (the loop's own waits, steady state) checks the warm stall share.
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ class ProbeResult:
     wait_share: float | None
     note: str | None = None
     stderr_tail: str = ""
+    ci95: list[float] | None = None
+    stopped_by: str | None = None
+    steady_wait_share: float | None = None  # the loop's measured waits, first batch of each epoch left out
 
 
 @dataclass
@@ -54,35 +61,84 @@ class StallReport:
         p = self.probes.get(name)
         return p.samples_per_s if p is not None and p.exit_code == 0 else None
 
+    def _ci(self, name: str):
+        p = self.probes.get(name)
+        return p.ci95 if p is not None and p.exit_code == 0 else None
+
     def split(self) -> dict:
-        """compute / prep stall / fetch stall per iteration (ms and share of the cold iteration)."""
+        """compute / prep stall / fetch stall per iteration (ms and share of the cold iteration), with 95%
+        intervals (``*_ci95``), and the warm probe's measured wait share beside its stall share."""
         b = self.batch_size
         ingest, warm, cold = self.rate("ingestion"), self.rate("warm"), self.rate("cold")
         out = {"ingestion_samples_per_s": ingest, "prep_samples_per_s": warm, "fetch_samples_per_s": cold,
-               "batch_size": b, "compute_ms": None, "prep_stall_ms": None, "fetch_stall_ms": None,
-               "iteration_ms": None, "compute_share": None, "prep_stall_share": None, "fetch_stall_share": None}
+               "ingestion_ci95": self._ci("ingestion"), "prep_ci95": self._ci("warm"), "fetch_ci95": self._ci("cold"),
+               **_split(b, ingest, warm, cold)}
+        for k in ("compute_ms", "prep_stall_ms", "fetch_stall_ms", "compute_share", "prep_stall_share",
+                  "fetch_stall_share", "warm_stall_share"):
+            out[f"{k}_ci95"] = None
+        w = self.probes.get("warm")
+        out["warm_measured_wait_share"] = w.steady_wait_share if w is not None and w.exit_code == 0 else None
         if not b or not ingest:
             return out
-        compute = b / ingest * 1e3
-        out["compute_ms"] = compute
-        total = compute
-        if warm:
-            prep = max(0.0, b / warm * 1e3 - compute)
-            out["prep_stall_ms"] = prep
-            total = compute + prep
-            if cold:
-                fetch = max(0.0, b / cold * 1e3 - total)
-                out["fetch_stall_ms"] = fetch
-                total += fetch
-        out["iteration_ms"] = total
-        for k in ("compute", "prep_stall", "fetch_stall"):
-            v = out[f"{k}_ms"]
-            out[f"{k}_share"] = None if v is None else v / total
+        draws = _draws({"ingestion": (ingest, out["ingestion_ci95"]), "warm": (warm, out["prep_ci95"]),
+                        "cold": (cold, out["fetch_ci95"])})
+        if draws is not None:
+            rows = [_split(b, i, w_, c) for i, w_, c in zip(draws["ingestion"], draws["warm"], draws["cold"],
+                                                              strict=True)]
+            for k in ("compute_ms", "prep_stall_ms", "fetch_stall_ms", "compute_share", "prep_stall_share",
+                      "fetch_stall_share", "warm_stall_share"):
+                vals = [r[k] for r in rows if r[k] is not None]
+                if out[k] is not None and len(vals) > 100:
+                    vals.sort()
+                    out[f"{k}_ci95"] = [vals[int(0.025 * len(vals))], vals[int(0.975 * len(vals)) - 1]]
         return out
 
     def to_dict(self) -> dict:
         return {"command": self.command, **self.split(), "files": self.files, "dataset_bytes": self.dataset_bytes,
                 "notes": self.notes, "probes": {k: vars(v) for k, v in self.probes.items()}}
+
+
+def _split(b, ingest, warm, cold) -> dict:
+    out = {"batch_size": b, "compute_ms": None, "prep_stall_ms": None, "fetch_stall_ms": None, "iteration_ms": None,
+           "compute_share": None, "prep_stall_share": None, "fetch_stall_share": None, "warm_stall_share": None}
+    if not b or not ingest:
+        return out
+    compute = b / ingest * 1e3
+    out["compute_ms"] = compute
+    total = compute
+    if warm:
+        prep = max(0.0, b / warm * 1e3 - compute)
+        out["prep_stall_ms"] = prep
+        total = compute + prep
+        out["warm_stall_share"] = prep / total
+        if cold:
+            fetch = max(0.0, b / cold * 1e3 - total)
+            out["fetch_stall_ms"] = fetch
+            total += fetch
+    out["iteration_ms"] = total
+    for k in ("compute", "prep_stall", "fetch_stall"):
+        v = out[f"{k}_ms"]
+        out[f"{k}_share"] = None if v is None else v / total
+    return out
+
+
+def _draws(rates: dict, n: int = 2000):
+    """Normal draws around each rate (its interval's half-width / 1.96 as the standard error); a rate without
+    an interval is held fixed. None when no rate has an interval."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    out, any_ci = {}, False
+    for name, (rate, ci) in rates.items():
+        if rate is None:
+            out[name] = [None] * n
+        elif ci:
+            any_ci = True
+            se = (ci[1] - rate) / 1.96
+            out[name] = list(np.maximum(rng.normal(rate, se, n), rate * 0.05))
+        else:
+            out[name] = [rate] * n
+    return out if any_ci else None
 
 
 def files_under(path: str | os.PathLike) -> list[str]:
@@ -111,7 +167,11 @@ def _mem_available() -> int | None:
 
 
 def _probe(name: str, command, out: Path, base: LaunchOptions, **extra) -> ProbeResult:
-    opts = LaunchOptions(trace_dir=out / name, steps=base.steps, workers=base.workers, cpus=base.cpus,
+    adaptive = not extra.get("replay")  # a replay probe runs its fixed length (its first batches are prepared)
+    opts = LaunchOptions(trace_dir=out / name, steps=extra.pop("steps", base.steps), workers=base.workers,
+                         cpus=base.cpus,
+                         precision=base.precision if adaptive else None,
+                         max_seconds=base.max_seconds if adaptive and base.precision else None,
                          capture=True, env=dict(base.env), timeout_s=base.timeout_s, **extra)
     probe = launch(command, opts)
     note = None
@@ -122,15 +182,18 @@ def _probe(name: str, command, out: Path, base: LaunchOptions, **extra) -> Probe
         note = "the command created no DataLoader"
     return ProbeResult(name=name, trace_dir=str(opts.trace_dir), exit_code=probe.exit_code, wall_s=probe.wall_s,
                        samples_per_s=s.get("samples_per_s"), wait_share=s.get("wait_share"), note=note,
-                       stderr_tail=probe.stderr_tail()[-2000:] if probe.exit_code != 0 else "")
+                       stderr_tail=probe.stderr_tail()[-2000:] if probe.exit_code != 0 else "", ci95=s.get("ci95"),
+                       stopped_by=probe.stopped_by, steady_wait_share=s.get("steady_wait_share"))
 
 
-def stalls(command: list[str], out: str | os.PathLike, *, steps: int = 50, data: str | None = None,
+def stalls(command: list[str], out: str | os.PathLike, *, steps: int = 600, data: str | None = None,
            workers: int | None = None, cpus: list[int] | None = None, replay_batches: int | None = None,
-           timeout_s: float | None = None, progress=None) -> StallReport:
+           timeout_s: float | None = None, progress=None, precision: float | None = 0.03,
+           max_seconds: float | None = 90.0) -> StallReport:
     """Run the probes and return the split (see the module doc). ``progress(name)`` is called per probe."""
     out = Path(out)
-    base = LaunchOptions(steps=steps, workers=workers, cpus=cpus, timeout_s=timeout_s)
+    base = LaunchOptions(steps=steps, workers=workers, cpus=cpus, timeout_s=timeout_s, precision=precision or None,
+                         max_seconds=max_seconds)
     report = StallReport(command=list(command), batch_size=None)
     step = progress or (lambda name: None)
 
@@ -169,7 +232,8 @@ def stalls(command: list[str], out: str | os.PathLike, *, steps: int = 50, data:
             report.probes["cold"] = _probe("cold", command, out, base)
     step("ingestion")
     k = replay_batches or max(1, min(10, steps // 5))
-    report.probes["ingestion"] = _probe("ingestion", command, out, base, replay=k)
+    report.probes["ingestion"] = _probe("ingestion", command, out, base, replay=k,
+                                        steps=min(steps, max(5 * k, 100)))
     if files:
         pagecache.warm(files, budget_bytes=int(0.8 * (_mem_available() or 0)) or None)  # leave it as found
     for p in report.probes.values():

@@ -57,7 +57,8 @@ def plan_apps(apps: list[AppSpec], options: PlanOptions, executor=None) -> tuple
     batches each, one after the other) and sized from the model fitted on their probes."""
     curves = known_curves(apps)
     plan = build_plan(apps, options, curves)
-    specs = probe_specs(plan, options.probe_steps, have=set(curves))
+    specs = probe_specs(plan, options.probe_steps, have=set(curves), precision=options.probe_precision,
+                        max_seconds=options.probe_max_seconds)
     if executor is None or not specs:
         return plan, []
     ranks = {p.name: p.ranks for p in plan.apps}

@@ -29,6 +29,8 @@ class LaunchSpec:
     steps: int | None = None
     timeout_s: float | None = None
     cwd: str | None = None
+    precision: float | None = None  # a probe: ends once its samples/s is known to +-this (the one protocol)
+    max_seconds: float | None = None
     n_cpus: int | None = None  # CPUs the app should have (Slurm: cpus_per_task)
     gpus: int = 0  # GPUs the app should have (Slurm: gpus_per_node)
     kind: str = "app"  # "app", or "probe" (a workers=auto profiling probe)
@@ -72,6 +74,8 @@ def run_spec(spec: LaunchSpec, on_start=None) -> Outcome:
 
     opts = LaunchOptions(trace_dir=spec.trace_dir, workers=spec.workers,
                          cpus=list(spec.cpus) if spec.cpus else None, env=dict(spec.env), steps=spec.steps,
+                         precision=spec.precision if spec.steps else None,
+                         max_seconds=spec.max_seconds if spec.steps and spec.precision else None,
                          capture=True, timeout_s=spec.timeout_s, cwd=spec.cwd, on_start=on_start)
     started = time.time()
     host = socket.gethostname()

@@ -33,7 +33,9 @@ class PlanOptions:
     data_dir: Path | None = None  # the trainer's ImageFolder
     trainer: Path | None = None  # default: examples/train_imagenet.py next to the lotus package
     steps: int | None = None  # default steps per app (a row's `steps` wins)
-    probe_steps: int = 30  # workers=auto profiling probes
+    probe_steps: int = 600  # workers=auto profiling probes: the cap (the one probe protocol ends them earlier)
+    probe_precision: float | None = 0.03
+    probe_max_seconds: float | None = 90.0
     cpus: list[int] | None = None  # the CPU pool (default: this process's affinity)
     timeout_s: float | None = None  # default per app (a row's `timeout_s` wins)
 
@@ -241,7 +243,8 @@ def build_plan(apps: list[AppSpec], opts: PlanOptions, curves: dict[str, Curve] 
     return Plan(apps=plans, concurrent=opts.concurrent, pool=pool, out_dir=opts.out_dir, options=opts, notes=notes)
 
 
-def probe_specs(plan: Plan, steps: int, have: set[str] | frozenset = frozenset()) -> list[LaunchSpec]:
+def probe_specs(plan: Plan, steps: int, have: set[str] | frozenset = frozenset(), *, precision: float | None = None,
+                max_seconds: float | None = None) -> list[LaunchSpec]:
     """Short profiling probes (``steps`` batches, on the whole pool) of the auto apps without a curve.
 
     A probe runs min(8, pool - 1) workers per rank (at least 1); the model then predicts other counts."""
@@ -254,5 +257,6 @@ def probe_specs(plan: Plan, steps: int, have: set[str] | frozenset = frozenset()
         out.append(LaunchSpec(name=p.name, command=tuple(_command(p.app, plan.options, workers)),
                               trace_dir=str(probe_dir(p.app, plan.out_dir)), workers=workers,
                               cpus=tuple(plan.pool), env=spec.env, steps=steps, timeout_s=spec.timeout_s,
-                              n_cpus=len(plan.pool), gpus=spec.gpus, kind="probe"))
+                              n_cpus=len(plan.pool), gpus=spec.gpus, kind="probe", precision=precision,
+                              max_seconds=max_seconds))
     return out

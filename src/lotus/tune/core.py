@@ -20,6 +20,7 @@ from lotus.tune.search import Budget, Session, search_workers, worker_candidates
 from lotus.tune.types import SETTINGS, LoaderSettings, Measurement, ProbeRecord, TuneError, TuneResult
 
 _log = logging.getLogger("lotus.tune")
+CROSS_STEPS = 50  # an epoch-crossing probe: the epoch plus half this many batches, at most 3x this
 SHORT_EPOCH_COST = 0.10  # restarting workers costs this share of an epoch: search num_workers with persistent ones
 
 
@@ -27,7 +28,9 @@ SHORT_EPOCH_COST = 0.10  # restarting workers costs this share of an epoch: sear
 class TuneOptions:
     """How hard to search. Shares are fractions (0.05 = 5 %)."""
 
-    steps: int = 50  # batches per probe
+    steps: int = 600  # batches per probe at most (its cap)
+    precision: float | None = 0.03  # a probe ends once its rate is known to +-this (95%)
+    max_seconds: float | None = 90.0  # ... or after this many seconds of batches
     budget_minutes: float | None = 10.0  # no probe starts that would end after this
     max_probes: int = 12  # the baseline included
     max_workers: int | None = None  # largest num_workers tried (default 2x the CPUs per rank)
@@ -75,9 +78,11 @@ def run_tuning(probe: Callable[..., Measurement], fit: Callable[[list[Measuremen
     if "pin_memory" in o.only:
         cur = tune_pin(s, cur, min_gain=o.min_gain)
     if "persistent_workers" in o.only:
-        cur, gain = tune_persistent(s, cur, steps=o.steps, cross_max_steps=o.cross_max_steps or 3 * o.steps)
+        short = min(o.steps, CROSS_STEPS)  # an epoch-crossing probe runs a fixed length, not to a precision
+        cur, gain = tune_persistent(s, cur, steps=short, cross_max_steps=o.cross_max_steps or 3 * short)
     best = _complete(cur.effective)
     return TuneResult(command=list(command or []), best=best, samples_per_s=cur.measurement.samples_per_s,
+                      ci95=cur.measurement.ci95, baseline_ci95=base.ci95,
                       baseline=_complete(own), baseline_samples_per_s=base.samples_per_s,
                       predicted_samples_per_s=predicted, probes=[_record(e) for e in s.entries],
                       seconds=budget.elapsed_s, stopped=stopped, cpus=round(cpus), notes=list(s.notes),
@@ -122,7 +127,8 @@ def _record(e) -> ProbeRecord:
                        forced={k: v for k, v in m.settings.to_dict().items() if v is not None},
                        samples_per_s=m.samples_per_s, predicted_samples_per_s=e.predicted_samples_per_s,
                        wait_share=m.wait_share, wall_s=m.wall_s, exit_code=m.exit_code, failed=not m.ok,
-                       steps=m.steps, trace_dir=m.trace_dir, stderr_tail="" if m.ok else m.stderr_tail)
+                       steps=m.steps, trace_dir=m.trace_dir, stderr_tail="" if m.ok else m.stderr_tail,
+                       ci95=list(m.ci95) if m.ci95 else None, stopped_by=m.stopped_by)
 
 
 __all__ = ["TuneOptions", "run_tuning"]

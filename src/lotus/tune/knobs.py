@@ -44,7 +44,20 @@ class Current:
 
 
 def _better(m: Measurement | None, than: Measurement, min_gain: float) -> bool:
-    return m is not None and m.ok and m.samples_per_s >= than.samples_per_s * (1 + min_gain)
+    """``m`` measured faster than ``than``: by ``min_gain`` at least and, where both have intervals,
+    with intervals apart (else the cheaper setting stays)."""
+    if m is None or not m.ok or m.samples_per_s < than.samples_per_s * (1 + min_gain):
+        return False
+    return not (m.ci95 and than.ci95 and m.ci95[0] <= than.ci95[1])
+
+
+def _same(m: Measurement | None, than: Measurement) -> bool:
+    """``m`` cannot be told apart from ``than`` (intervals overlap; without intervals: within 2%)."""
+    if m is None or not m.ok:
+        return False
+    if m.ci95 and than.ci95:
+        return m.ci95[1] >= than.ci95[0] and than.ci95[1] >= m.ci95[0]
+    return abs(m.samples_per_s - than.samples_per_s) <= 0.02 * than.samples_per_s
 
 
 def tune_prefetch(s: Session, cur: Current, *, tolerance: float, near_best: float, min_gain: float) -> Current:
@@ -91,6 +104,9 @@ def tune_pin(s: Session, cur: Current, *, min_gain: float) -> Current:
         s.notes.append("pin_memory: budget spent")
         return cur
     if _better(trial, cur.measurement, min_gain):
+        return Current(settings, trial)
+    if not other and _same(trial, cur.measurement):  # pinning buys nothing measurable: the cheaper, unpinned
+        s.notes.append("pin_memory: False (pinned and unpinned cannot be told apart: the cheaper setting)")
         return Current(settings, trial)
     return cur
 

@@ -179,10 +179,21 @@ def next_workers(measured: dict[int, float], failed: set[int], predicted: dict[i
     return None, "neighbours checked (no model prediction)"
 
 
-def choose(measured: dict[int, float], near_best: float) -> int:
-    """The smallest measured count within ``near_best`` of the best measured rate."""
-    top = max(measured.values())
-    return min(w for w, r in measured.items() if r >= (1 - near_best) * top)
+def indistinct(rate: float, ci, best_rate: float, best_ci, near_best: float) -> bool:
+    """Whether a measured rate cannot be told apart from the best: inside ``near_best`` of it, or (both
+    with intervals) its interval reaching the best's."""
+    if rate >= (1 - near_best) * best_rate:
+        return True
+    return bool(ci and best_ci and ci[1] >= best_ci[0])
+
+
+def choose(measured: dict[int, float], near_best: float, intervals: dict | None = None) -> int:
+    """The smallest measured count that cannot be told apart from the best measured rate (its 95% interval
+    reaches the best's, or it is within ``near_best`` of it): the cheapest of the equals."""
+    intervals = intervals or {}
+    top = max(measured, key=lambda w: (measured[w], -w))
+    return min(w for w, r in measured.items()
+               if indistinct(r, intervals.get(w), measured[top], intervals.get(top), near_best))
 
 
 @dataclass
@@ -199,10 +210,11 @@ def search_workers(s: Session, baseline: Measurement, *, candidates: list[int], 
     ``fixed``: other settings every probe forces (then the baseline is not one of the measured points)."""
     fixed = fixed or LoaderSettings()
     measured: dict[int, float] = {}
+    intervals: dict[int, tuple[float, float] | None] = {}
     failed: set[int] = set()
     w0 = baseline.effective.num_workers if baseline.effective else None
     if w0 is not None and baseline.ok and fixed == LoaderSettings():
-        measured[w0] = baseline.samples_per_s
+        measured[w0], intervals[w0] = baseline.samples_per_s, baseline.ci95
         if w0 not in candidates:
             candidates = sorted({*candidates, w0})
     stopped = ""
@@ -219,12 +231,20 @@ def search_workers(s: Session, baseline: Measurement, *, candidates: list[int], 
             stopped = "budget spent"
             break
         if m.ok:
-            measured[nxt] = m.samples_per_s
+            if nxt not in measured or m.samples_per_s > measured[nxt]:
+                measured[nxt], intervals[nxt] = m.samples_per_s, m.ci95
         else:
             failed.add(nxt)
     if not measured:
         return WorkersOutcome(w0 if w0 is not None else 0, measured, stopped or "no probe succeeded", None)
-    best = choose(measured, near_best)
+    best = choose(measured, near_best, intervals)
+    top = max(measured, key=lambda w: (measured[w], -w))
+    if best != top:
+        ci = intervals.get(top)
+        band = f" (95% CI {ci[0]:,.1f}-{ci[1]:,.1f})" if ci else f" (within {near_best:.0%})"
+        s.notes.append(f"num_workers: {best} chosen, the fewest workers that cannot be told apart from the fastest "
+                       f"probe ({top} workers, {measured[top]:,.1f} samples/s{band}; {best} workers "
+                       f"{measured[best]:,.1f})")
     return WorkersOutcome(best, measured, stopped, s.rate(best))
 
 

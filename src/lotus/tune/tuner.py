@@ -2,10 +2,13 @@
 
 Probes run through :func:`lotus.launch.launch` (``workers=N``, ``steps=S``, ``loader_args`` for the other
 settings, ``cpus`` for the affinity, output captured), each into its own trace directory under ``out``
-(``p00-baseline``, ``p01-num_workers``...). A probe runs ``steps`` batches *after* its ramp
-(``num_workers x prefetch_factor`` batches, see :mod:`lotus.tune.traceinfo`); the baseline, whose
-settings are unknown until its trace is read, runs ``2 x steps``. The model is :func:`lotus.model.fit`
-on the traces of every successful probe so far. Nothing here starts a process or fits a curve by itself.
+(``p00-baseline``, ``p01-num_workers``...). A probe follows the one probe protocol: it ends once its
+steady rate's 95% interval is within ``precision`` (see :mod:`lotus.dataloader.probe`), or at its caps:
+``steps`` batches after its ramp (``num_workers x prefetch_factor`` batches), ``max_seconds``. With
+``precision`` None it runs ``steps`` batches after its ramp (the baseline, whose settings are unknown until
+its trace is read, ``2 x steps``); an epoch-crossing probe always runs its fixed length. The model is
+:func:`lotus.model.fit` on the traces of every successful probe so far. Nothing here starts a process or fits
+a curve by itself.
 """
 
 from __future__ import annotations
@@ -31,15 +34,17 @@ def allowed_cpus() -> list[int]:
 WAVES = 2  # the measured window spans at least this many rounds of all workers
 
 
-def probe_steps(steps: int, settings: LoaderSettings, own: LoaderSettings | None = None) -> int:
-    """Batches a probe runs: ``steps`` after the ramp (2 x steps for the job's own, unknown, settings), and
+def probe_steps(steps: int, settings: LoaderSettings, own: LoaderSettings | None = None, *,
+                adaptive: bool = False) -> int:
+    """Batches a probe runs: ``steps`` after the ramp (2 x steps for the job's own, unknown, settings; with
+    ``adaptive`` probes, which end once their interval is narrow enough, ``steps`` is the cap), and
     at least WAVES x num_workers after it: workers started together hand their batches over in bursts of
     num_workers, so a window of fewer batches than a few bursts measures the bursts' phase, not the rate
     (on the H100 host, 15 batches after the ramp read 1,133 to 4,959 samples/s at 11-16 workers)."""
     from lotus.analysis.throughput import ramp_batches
 
     if settings.num_workers is None and own is None:
-        return 2 * steps
+        return steps if adaptive else 2 * steps
     eff = settings.over(own) if own is not None else settings
     ramp = ramp_batches({"num_workers": eff.num_workers, "prefetch_factor": eff.prefetch_factor})
     if not eff.num_workers:
@@ -64,6 +69,8 @@ def measurement_of(probe, settings: LoaderSettings, steps: int | None) -> Measur
     if not m.traced:
         return m
     m.samples_per_s, m.wait_share = summary.get("samples_per_s"), summary.get("wait_share")  # ramp left out
+    m.ci95 = tuple(summary["ci95"]) if summary.get("ci95") else None
+    m.stopped_by = probe.stopped_by
     try:
         from lotus.model import load_run
 
@@ -89,8 +96,10 @@ class JobProber:
     """``probe(settings, phase, steps) -> Measurement`` by launching the job (see the module doc)."""
 
     def __init__(self, command: list[str], out: Path, *, steps: int, cpus: list[int] | None,
-                 timeout_s: float | None, progress: Callable[[str], None] | None = None):
+                 timeout_s: float | None, progress: Callable[[str], None] | None = None,
+                 precision: float | None = None, max_seconds: float | None = None):
         self.command, self.out, self.steps, self.cpus = command, out, steps, cpus
+        self.precision, self.max_seconds = precision or None, max_seconds
         self.timeout_s, self.progress = timeout_s, progress
         self.count = 0
         self.first_wall_s: float | None = None
@@ -99,7 +108,9 @@ class JobProber:
     def __call__(self, settings: LoaderSettings, phase: str, steps: int | None = None) -> Measurement:
         from lotus.launch import LaunchOptions, launch
 
-        steps = max(steps or 0, probe_steps(self.steps, settings, self.own))
+        fixed = steps is not None  # an epoch-crossing probe: exactly this many batches
+        steps = max(steps or 0, probe_steps(self.steps, settings, self.own, adaptive=bool(self.precision)))
+        precision = None if fixed else self.precision
         name = f"p{self.count:02d}-{phase}"
         self.count += 1
         if self.progress is not None:
@@ -107,9 +118,12 @@ class JobProber:
         timeout = self.timeout_s
         if timeout is None and self.first_wall_s is not None:  # a probe far slower than the job's own is cut
             timeout = max(120.0, 5 * self.first_wall_s * steps / (2 * self.steps))
+            if precision:
+                timeout = max(120.0, 3 * self.first_wall_s, 1.5 * (self.max_seconds or 0.0) + 60.0)
         probe = launch(self.command, LaunchOptions(
             trace_dir=self.out / name, steps=steps, workers=settings.num_workers, loader_args=settings.loader_args(),
-            cpus=self.cpus, capture=True, timeout_s=timeout))
+            cpus=self.cpus, capture=True, timeout_s=timeout, precision=precision,
+            max_seconds=self.max_seconds if precision else None))
         if probe.stopped == "interrupt":  # Ctrl-C reached the job: stop tuning (the traces so far stay)
             raise KeyboardInterrupt
         if self.first_wall_s is None:
@@ -117,8 +131,9 @@ class JobProber:
         m = measurement_of(probe, settings, steps)
         if self.own is None and m.effective is not None:
             self.own = m.effective
-        _log.info("%s: %s samples/s, exit code %d, %.1f s", name,
-                  f"{m.samples_per_s:,.1f}" if m.samples_per_s else "-", m.exit_code, m.wall_s)
+        _log.info("%s: %s samples/s (95%% CI %s), ended by %s, exit code %d, %.1f s", name,
+                  f"{m.samples_per_s:,.1f}" if m.samples_per_s else "-",
+                  "-".join(f"{v:,.1f}" for v in m.ci95) if m.ci95 else "none", m.stopped_by, m.exit_code, m.wall_s)
         return m
 
 
@@ -130,7 +145,8 @@ def fit_model(measurements: list[Measurement]):
     return fit(runs)
 
 
-def tune(command: list[str], *, out: str | os.PathLike | None = None, steps: int = 50,
+def tune(command: list[str], *, out: str | os.PathLike | None = None, steps: int = 600,
+         precision: float | None = 0.03, max_seconds: float | None = 90.0,
          cpus: list[int] | None = None, budget_minutes: float | None = 10.0, max_probes: int = 12,
          max_workers: int | None = None, tolerance: float = 0.05, near_best: float = 0.02, min_gain: float = 0.02,
          only: tuple[str, ...] | None = None, timeout_s: float | None = None,
@@ -146,10 +162,11 @@ def tune(command: list[str], *, out: str | os.PathLike | None = None, steps: int
     check_cpus(cpus)
     out = Path(out) if out is not None else default_trace_dir([f"tune-{script_name(command)}"])
     out.mkdir(parents=True, exist_ok=True)
-    options = TuneOptions(steps=steps, budget_minutes=budget_minutes, max_probes=max_probes, max_workers=max_workers,
-                          tolerance=tolerance, near_best=near_best, min_gain=min_gain,
-                          **({"only": tuple(only)} if only else {}))
-    prober = JobProber(command, out, steps=steps, cpus=cpus, timeout_s=timeout_s, progress=progress)
+    options = TuneOptions(steps=steps, precision=precision, max_seconds=max_seconds, budget_minutes=budget_minutes,
+                          max_probes=max_probes, max_workers=max_workers, tolerance=tolerance, near_best=near_best,
+                          min_gain=min_gain, **({"only": tuple(only)} if only else {}))
+    prober = JobProber(command, out, steps=steps, cpus=cpus, timeout_s=timeout_s, progress=progress,
+                       precision=precision, max_seconds=max_seconds)
     n_cpus = len(cpus) if cpus else len(allowed_cpus())
     result = run_tuning(prober, fit_model, cpus=float(n_cpus), options=options, command=command)
     result.out = str(out)

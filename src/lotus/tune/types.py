@@ -91,6 +91,8 @@ class Measurement:
     settings: LoaderSettings  # what was forced
     samples_per_s: float | None  # steady state (lotus.analysis.throughput)
     wait_share: float | None = None
+    ci95: tuple[float, float] | None = None  # 95% interval of samples_per_s
+    stopped_by: str | None = None  # why the probe ended: steps (its cap), precision, time
     wall_s: float = 0.0
     exit_code: int = 0
     effective: LoaderSettings | None = None  # what the main loader ran with (trace's loader description)
@@ -125,6 +127,8 @@ class ProbeRecord:
     steps: int | None = None
     trace_dir: str | None = None
     stderr_tail: str = ""
+    ci95: list[float] | None = None  # 95% interval of samples_per_s
+    stopped_by: str | None = None  # why the probe ended: steps (its cap), precision, time
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -147,6 +151,8 @@ class TuneResult:
     cpus: int | None = None
     notes: list[str] = field(default_factory=list)
     epoch_gain: float | None = None  # persistent_workers: share of an epoch's time saved (estimate or measured)
+    ci95: tuple[float, float] | None = None  # of samples_per_s
+    baseline_ci95: tuple[float, float] | None = None  # of baseline_samples_per_s
 
     @property
     def gain(self) -> float | None:
@@ -156,7 +162,9 @@ class TuneResult:
 
     def to_dict(self) -> dict:
         return {"best": self.best.to_dict(), "samples_per_s": self.samples_per_s,
-                "baseline_samples_per_s": self.baseline_samples_per_s, "gain": self.gain,
+                "ci95": list(self.ci95) if self.ci95 else None,
+                "baseline_samples_per_s": self.baseline_samples_per_s,
+                "baseline_ci95": list(self.baseline_ci95) if self.baseline_ci95 else None, "gain": self.gain,
                 "baseline": self.baseline.to_dict(), "predicted_samples_per_s": self.predicted_samples_per_s,
                 "snippet": self.best.snippet(), "probes": [p.to_dict() for p in self.probes],
                 "seconds": self.seconds, "stopped": self.stopped, "epoch_gain": self.epoch_gain,

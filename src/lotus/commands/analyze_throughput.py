@@ -1,0 +1,63 @@
+"""``lotus analyze throughput``: the steady-state samples/s of traced runs, with their 95% intervals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from lotus.commands._params import rate_text
+from lotus.commands.analyze import configs_of, data_dir_option, echo_json
+
+
+@click.command(short_help="Steady-state samples/s with its 95% interval, and what was left out.")
+@data_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def throughput_cmd(data_dir: Path, as_json: bool) -> None:
+    """The steady-state samples/s of each run: after the prefetched ramp (num_workers x prefetch_factor
+    batches) and any start-up batches, epoch starts counted, ranks added; with its 95% interval.
+
+    Exits 1 when a run has no steady state to measure (one batch, or none after the ramp)."""
+    from lotus.analysis.throughput import throughput
+
+    doc, missing = {"configs": {}}, []
+    for cfg in configs_of(data_dir):
+        t = throughput(cfg.batches, cfg.loaders)
+        doc["configs"][cfg.name] = t
+        if t["samples_per_s"] is None:
+            missing.append(cfg.name)
+        if not as_json:
+            _print(cfg.name, t, cfg.loaders)
+    if as_json:
+        echo_json(doc)
+    if missing:
+        for name in missing:
+            note = doc["configs"][name].get("note") or "no steady state"
+            click.echo(f"lotus: {name}: no steady-state rate: {note}", err=True)
+        raise click.exceptions.Exit(1)
+
+
+def _print(name: str, t: dict, loaders: dict) -> None:
+    if t["samples_per_s"] is None:
+        click.echo(f"{name}: no steady-state rate ({t.get('note') or 'no batches'})")
+        return
+    rel = f", +-{t['rel_halfwidth']:.1%}" if t.get("rel_halfwidth") is not None else ""
+    ranks = f" over {t['ranks']} ranks" if t.get("ranks", 1) > 1 else ""
+    click.echo(f"{name}: {rate_text(t['samples_per_s'], t['ci95'])}{rel}{ranks}")
+    click.echo(f"  steady state: {t['steady_batches']} of {t['batches']} batches, {t['window_s']:.3g} s "
+               f"(loader {t['loader']})")
+    desc = next((d for (_r, lid), d in sorted(loaders.items()) if lid == t["loader"]), {}) or {}
+    w, pf = desc.get("num_workers"), desc.get("prefetch_factor")
+    left = t["left_out"]
+    why = (f"{w} workers x prefetch {pf or 2}" if isinstance(w, int) and w > 0 else
+           "no workers: the first batch" if w == 0 else "loader settings unknown: the first batch")
+    click.echo(f"  left out: the ramp, {left['ramp_batches']} batch(es) ({why})"
+               + (f"; start-up, {left['startup_batches']} batch(es)" if left["startup_batches"] else ""))
+    if t.get("note"):
+        click.echo(f"  note: {t['note']}")
+    others = [r for r in t["loaders"] if r["loader"] != t["loader"]]
+    for r in others:
+        ci = (r["ci95_lo"], r["ci95_hi"]) if r["ci95_lo"] is not None else None
+        click.echo(f"  other loader {r['loader']} (rank {r['rank']}): {rate_text(r['samples_per_s'], ci)}, "
+                   f"{r['batches']} batches")
+    click.echo("")
