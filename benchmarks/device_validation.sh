@@ -5,7 +5,7 @@
 #   OUT=results benchmarks/device_validation.sh tune
 #   OUT=results benchmarks/device_validation.sh submit stalls
 #
-# Phases: power (benchmarks/power_validation.py), model (benchmarks/model_validation.py, ResNet-18 and
+# Phases: probes18, probes50 (issue 15: benchmarks/probe_validation.py), power (benchmarks/power_validation.py), model (benchmarks/model_validation.py, ResNet-18 and
 # ResNet-50, CPUs 1-16), tune (benchmarks/tune.py, GPU cases), submit (benchmarks/submit_validation.py),
 # stalls (lotus stalls on ResNet-18). Every phase logs to $OUT/<phase>.log; the results of all phases are
 # packed into $OUT/results.tgz after each phase (so a command stopped at its limit keeps what it measured).
@@ -31,14 +31,15 @@ pack() { tar -czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
 
 data() {
     [ -f "$DATA/.done" ] && return 0
-    $PY - "$DATA" <<'EOF' || return 1
+    $PY - "$DATA" "${DATA_IMAGES:-6000}" <<'EOF' || return 1
 import sys, time
 from pathlib import Path
 from lotus.demo.dataset import DatasetSpec, generate_image_folder
 t = time.time()
-generate_image_folder(Path(sys.argv[1]), DatasetSpec(images=6000), workers=16)
-Path(sys.argv[1], ".done").write_text("6000\n")
-print(f"generated 6000 JPEGs in {time.time() - t:.0f} s")
+n = int(sys.argv[2])
+generate_image_folder(Path(sys.argv[1]), DatasetSpec(images=n), workers=16)
+Path(sys.argv[1], ".done").write_text(f"{n}\n")
+print(f"generated {n} JPEGs in {time.time() - t:.0f} s")
 EOF
 }
 
@@ -70,6 +71,20 @@ phase_submit() {
     data || return 1
     $PY "$REPO/benchmarks/submit_validation.py" --out "$RES/submit" --work "$WORK/submit" --data "$DATA" \
         --seconds "${SUBMIT_SECONDS:-70}" --warmup 15 --cuda-device 0 --resume
+}
+
+# issue 15: lotus's answers against the job's own clock (benchmarks/probe_validation.py); phases of it in
+# PROBE_PHASES (default all), e.g. PROBE_PHASES=throughput,sens
+phase_probes18() {
+    DATA_IMAGES=${DATA_IMAGES:-8192} data || return 1
+    $PY "$REPO/benchmarks/probe_validation.py" --data "$DATA" --out "$RES/probes" --work "$WORK/probes" \
+        --arch resnet18 --phases "${PROBE_PHASES:-throughput,sens,tune,whatif,stalls}"
+}
+
+phase_probes50() {
+    DATA_IMAGES=${DATA_IMAGES:-8192} data || return 1
+    $PY "$REPO/benchmarks/probe_validation.py" --data "$DATA" --out "$RES/probes" --work "$WORK/probes" \
+        --arch resnet50 --phases "${PROBE_PHASES:-throughput,sens}" --throughput-workers 15
 }
 
 phase_stalls() {

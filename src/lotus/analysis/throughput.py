@@ -68,9 +68,9 @@ def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = 
         order = np.argsort(g["consumed_ns"].to_numpy(np.int64), kind="stable")
         t = g["consumed_ns"].to_numpy(np.int64)[order]
         nn = n.to_numpy(np.float64, na_value=np.nan)[order]
-        seg = g["epoch"].to_numpy()[order] if replayed_only else None
+        ep = g["epoch"].to_numpy()[order]
         r = steady_rate(t, nn, ramp=1 if replayed_only else ramp_batches(desc), workers=_workers(desc),
-                        segments=seg)
+                        segments=ep if replayed_only else None, epochs=ep)
         out[(int(rank), int(loader))] = (r, len(g), float(np.nansum(nn)))
     return out
 

@@ -102,7 +102,8 @@ class _MainSide:
         if lt.stop_after is not None:
             why = "steps" if lt.consumed >= lt.stop_after else None
             if why is None and lt.stop_rule is not None and lt.on:
-                why = lt.stop_rule.check(lt.consumed, self._lotus_prev, self._num_workers, lt.prefetch_factor)
+                why = lt.stop_rule.check(lt.consumed, self._lotus_prev, self._num_workers, lt.prefetch_factor,
+                                         lt.epoch)
             if why is not None:
                 from lotus.dataloader.probe import end_job
 

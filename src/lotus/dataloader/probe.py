@@ -36,13 +36,15 @@ class StopRule:
         self.precision = precision
         self.max_ns = int(max_s * 1e9) if max_s else None
         self.t: list[int] = []
+        self.epochs: list[int] = []
         self.seen = 0
         self.last = None  # the last estimate (lotus.trace.steady.SteadyRate)
 
-    def check(self, consumed: int, prev, workers: int, prefetch: int) -> str | None:
+    def check(self, consumed: int, prev, workers: int, prefetch: int, epoch: int = 0) -> str | None:
         """``prev``: (batch, hand-off ns) of the batch the loop holds. Returns why to stop, or None."""
         if consumed > self.seen and prev is not None:
             self.t.append(prev[1])
+            self.epochs.append(epoch)
             self.seen = consumed
         w = max(int(workers or 0), 1)
         ramp = max(int(workers or 0) * int(prefetch or 2), 1)
@@ -65,7 +67,8 @@ class StopRule:
 
         from lotus.trace.steady import steady_rate
 
-        self.last = steady_rate(np.asarray(self.t, dtype=np.int64), ramp=ramp, workers=workers or 0)
+        self.last = steady_rate(np.asarray(self.t, dtype=np.int64), ramp=ramp, workers=workers or 0,
+                                epochs=np.asarray(self.epochs))
         return self.last
 
 

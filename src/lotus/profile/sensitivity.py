@@ -214,7 +214,7 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
         measured[key] = p
     hits = _hit_rates(runs[0], profile.dataset_bytes)
     bps = (profile.dataset_bytes / max(len(prober.files), 1)) if prober.files else None
-    seen: set[tuple[int, float]] = set()
+    seen: set[tuple[int, float, int | None]] = set()
     while True:
         model = fit(runs, bytes_per_sample=bps)
         profile.matrix = _predict(model, grid, profile.cache_grid_gb, hits, profile.dataset_bytes)
@@ -222,18 +222,23 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
         _monotone(profile.matrix)
         demand = _demand(profile.matrix, target)
         profile.demand = demand
-        if demand is None or demand["measured"]:
+        if demand is None:
             break
-        key = (demand["cpus"], demand["cache_gb"])
-        if len(prober.log) >= max_probes or key in seen:
-            profile.notes.append(f"the demand point ({key[0]} CPUs, {key[1]:g} GB) is predicted, not measured: "
+        todo = demand if not demand["measured"] else _best_unmeasured(profile.matrix)
+        if todo is None:  # the demand point and the best point it is measured against are both measured
+            break
+        key = (todo["cpus"], todo["cache_gb"])
+        what = "demand" if todo is demand else "best"
+        if len(prober.log) >= max_probes or (*key, todo.get("num_workers")) in seen:
+            profile.notes.append(f"the {what} point ({key[0]} CPUs, {key[1]:g} GB) is predicted, not measured: "
                                  + ("the probe budget is spent" if len(prober.log) >= max_probes
                                     else "its probe did not settle it"))
             break
-        seen.add(key)
-        budget = "cold" if demand["cache_gb"] == 0 else ("warm" if demand["cache_gb"] >= dataset_gb
-                                                            else demand["cache_gb"] * GB)
-        probe = prober.run(f"c{key[0]}-m{key[1]:g}", key[0], budget, workers=demand.get("num_workers"))
+        seen.add((*key, todo.get("num_workers")))
+        budget = "cold" if todo["cache_gb"] == 0 else ("warm" if todo["cache_gb"] >= dataset_gb
+                                                          else todo["cache_gb"] * GB)
+        probe = prober.run(f"c{key[0]}-m{key[1]:g}-w{todo.get('num_workers')}", key[0], budget,
+                           workers=todo.get("num_workers"))
         if probe is None or probe["exit_code"] != 0 or probe["samples_per_s"] is None:
             profile.notes.append("stopped early: the time budget is spent or a probe failed; the demand point is "
                                  "predicted, not measured")
@@ -262,9 +267,16 @@ def _hit_rates(run, dataset_bytes):
 
 
 def _apply_measured(matrix: list[Point], measured: dict) -> None:
+    """Measured rates replace predictions, unless the probe ran another worker count than the model now finds
+    best for those CPUs and the model expects clearly more there (above the probe's interval): then the point
+    keeps the prediction at the model's worker count (and is probed again if it matters)."""
     for p in matrix:
         m = measured.get((p.cpus, p.cache_gb))
         if m is not None and m.get("samples_per_s") is not None:
+            if m.get("num_workers") is not None and p.num_workers is not None and m["num_workers"] != p.num_workers:
+                hi = (m.get("ci95") or [None, m["samples_per_s"] * 1.02])[1]
+                if p.predicted_samples_per_s and p.predicted_samples_per_s > hi:
+                    continue
             p.measured, p.samples_per_s, p.probe = True, m["samples_per_s"], m["name"]
             p.ci95, p.cache_state = m.get("ci95"), m.get("cache_state") or str(m.get("cache"))
             if m.get("num_workers") is not None:
@@ -305,6 +317,15 @@ def _predict(model, grid, cache_gb, hits, dataset_bytes) -> list[Point]:
                                 measured=False, predicted_samples_per_s=p.samples_per_s, bottleneck=p.bottleneck,
                                 num_workers=w))
     return points
+
+
+def _best_unmeasured(matrix: list[Point]) -> dict | None:
+    """The point with the highest rate when it is not measured (the demand's target is a share of it)."""
+    rated = [p for p in matrix if p.samples_per_s]
+    if not rated:
+        return None
+    top = max(rated, key=lambda q: (q.samples_per_s, -q.cpus))
+    return None if top.measured else {"cpus": top.cpus, "cache_gb": top.cache_gb, "num_workers": top.num_workers}
 
 
 def _demand(matrix: list[Point], target: float) -> dict | None:

@@ -13,6 +13,9 @@ in-process probe stop rule of :mod:`lotus.dataloader.probe` while a job runs):
   workers (a round: ``num_workers`` batches; bursts of workers average out inside a block); the
   ratio estimator's standard error from the blocks' residuals ``n_j - R d_j``, Student's t with
   ``m - 1`` degrees of freedom. Fewer than :data:`MIN_BLOCKS` blocks: no interval (``ci95`` None).
+  With ``epochs`` given and at least ``2 x MIN_BLOCKS`` epoch starts inside the window (short epochs,
+  whose starts dominate the variance), blocks are whole epochs instead (grouped to at most
+  :data:`MAX_BLOCKS`), so that every block pays its share of epoch starts.
 
 ``segments``: hand-offs split into independent stretches (a replay probe's epochs): each stretch skips
 its own ramp and the gaps between stretches are not counted.
@@ -95,7 +98,21 @@ def _blocks(t: np.ndarray, n: np.ndarray, start: int, size: int) -> tuple[np.nda
     return samples, secs
 
 
-def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=None) -> SteadyRate:
+def _epoch_blocks(t: np.ndarray, n: np.ndarray, start: int, epochs: np.ndarray):
+    """Blocks of whole epochs from index ``start`` (the first, partial epoch joins the first block); None when
+    the window holds fewer than 2 x MIN_BLOCKS epoch starts."""
+    ep = epochs[start:]
+    starts = np.flatnonzero(np.diff(ep) != 0) + 1 + start  # indices where a new epoch begins
+    if len(starts) < 2 * MIN_BLOCKS:
+        return None
+    group = max(1, math.ceil(len(starts) / MAX_BLOCKS))
+    bounds = [start, *starts[group::group].tolist(), len(t)]
+    csum = np.concatenate([[0.0], np.cumsum(n)])
+    b = np.asarray(bounds)
+    return csum[b[1:]] - csum[b[:-1]], (t[b[1:] - 1] - t[b[:-1] - 1]) / 1e9
+
+
+def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=None, epochs=None) -> SteadyRate:
     """The steady-state rate of sorted hand-off times ``t_ns`` (ns) carrying ``samples`` each (default 1:
     a rate of batches); ``ramp`` batches left out at the start (of each segment, with ``segments``)."""
     t_all = np.asarray(t_ns, dtype=np.float64)
@@ -126,7 +143,14 @@ def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=Non
     if win_batches < MIN_BLOCKS * size:
         size = max(1, win_batches // MIN_BLOCKS)
     bn, bd = [], []
-    for t, n, st in parts:
+    by_epoch = None
+    if epochs is not None and segments is None and len(parts) == 1:
+        t, n, st = parts[0]
+        by_epoch = _epoch_blocks(t, n, st, np.asarray(epochs))
+    if by_epoch is not None:
+        bn, bd = [by_epoch[0]], [by_epoch[1]]
+        size = round_len  # whole epochs: longer than a round
+    for t, n, st in parts if by_epoch is None else []:
         a, b = _blocks(t, n, st, size)
         bn.append(a)
         bd.append(b)

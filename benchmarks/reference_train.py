@@ -1,0 +1,166 @@
+"""The reference job: a plain torch/torchvision training script that times its own steady state.
+
+No lotus import (lotus may trace it from outside with `lotus run`): this script's clock is the truth
+that lotus's probes, predictions and measures are checked against (issue 15). It times every hand-off
+of its DataLoader with time.perf_counter_ns() and reports, after the prefetched ramp (num_workers x
+prefetch_factor batches, 1 without workers), the samples per second, its own 95% interval (batch means
+over 10 consecutive blocks), and the share of the loop's time spent waiting in next().
+
+    python benchmarks/reference_train.py DATA -a resnet18 -b 128 -j 15 --bf16 --seconds 20 --json out.json
+    python benchmarks/reference_train.py --synthetic 8 -b 16 -j 2 --seconds 10    # 8 ms CPU per sample, no GPU
+
+DATA is an ImageFolder root (class folders or a train/ folder of them). ``--synthetic MS`` replaces it by
+a dataset whose samples cost MS milliseconds of CPU each (a spin loop), for machines without images or
+GPUs. The run ends after ``--seconds`` of steady state (or ``--max-batches``), at an epoch end or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Spin(Dataset):
+    """``n`` samples, each costing ``ms`` milliseconds of CPU (thread time) and a 3x32x32 tensor."""
+
+    def __init__(self, n: int, ms: float):
+        self.n, self.ms = n, ms
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        end = time.thread_time_ns() + int(self.ms * 1e6)
+        x = 0
+        while time.thread_time_ns() < end:
+            x += 1
+        return torch.full((3, 32, 32), float(i % 7)), i % 10
+
+
+def image_folder(root: Path):
+    import torchvision
+    from torchvision import transforms as T
+
+    train = root / "train" if (root / "train").is_dir() else root
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                    T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+    return torchvision.datasets.ImageFolder(str(train), tf)
+
+
+def steady(t_ns: list[int], n: list[int], ramp: int, blocks: int = 10) -> dict:
+    """Samples/s after the ramp and a batch-means 95% interval (normal quantile; this script's own)."""
+    if len(t_ns) < ramp + 2:
+        return {"samples_per_s": None, "ci95": None, "batches": max(len(t_ns) - ramp, 0)}
+    t, s = t_ns[ramp - 1:], n[ramp:]
+    rate = sum(s) / ((t[-1] - t[0]) / 1e9)
+    size = len(s) // blocks
+    ci = None
+    if size >= 1:
+        rates = []
+        for b in range(blocks):
+            lo, hi = b * size, (b + 1) * size if b < blocks - 1 else len(s)
+            rates.append(sum(s[lo:hi]) / ((t[hi] - t[lo]) / 1e9))
+        mean = sum(rates) / blocks
+        sd = math.sqrt(sum((r - mean) ** 2 for r in rates) / (blocks - 1))
+        hw = 2.262 * sd / math.sqrt(blocks)  # t(0.975, 9)
+        ci = [rate - hw, rate + hw]
+    return {"samples_per_s": rate, "ci95": ci, "batches": len(s), "window_s": (t[-1] - t[0]) / 1e9}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", nargs="?", type=Path)
+    p.add_argument("--synthetic", type=float, default=None, metavar="MS", help="CPU ms per sample instead of DATA")
+    p.add_argument("--samples", type=int, default=8192, help="dataset size with --synthetic")
+    p.add_argument("-a", "--arch", default="resnet18", help="torchvision model, or 'none' (no model step)")
+    p.add_argument("-b", "--batch-size", type=int, default=128)
+    p.add_argument("-j", "--workers", type=int, default=4)
+    p.add_argument("--prefetch-factor", type=int, default=2)
+    p.add_argument("--pin-memory", action="store_true")
+    p.add_argument("--persistent-workers", action="store_true")
+    p.add_argument("--bf16", action="store_true", help="autocast to bfloat16 on CUDA")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--step-ms", type=float, default=0.0, help="with -a none: a busy step of this many ms")
+    p.add_argument("--seconds", type=float, default=20.0, help="stop after this many seconds of steady state")
+    p.add_argument("--max-batches", type=int, default=100000)
+    p.add_argument("--json", type=Path, default=None, help="write the result here (also printed)")
+    a = p.parse_args(argv)
+    if a.synthetic is None and a.data is None:
+        p.error("give DATA or --synthetic MS")
+    ds = Spin(a.samples, a.synthetic) if a.synthetic is not None else image_folder(a.data)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = None
+    if a.arch != "none":
+        import torchvision
+
+        model = getattr(torchvision.models, a.arch)(num_classes=1000).to(dev)
+        if a.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        loss_fn = torch.nn.CrossEntropyLoss()
+    kw = {"prefetch_factor": a.prefetch_factor, "persistent_workers": a.persistent_workers} if a.workers else {}
+    loader = DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=a.workers, pin_memory=a.pin_memory,
+                        drop_last=True, **kw)
+    ramp = max(a.workers * a.prefetch_factor, 1) if a.workers else 1
+    t_ns, n, wait_ns, loop_t0 = [], [], 0, None
+    steady_t0 = None
+    done = False
+    epochs = 0
+    while not done:
+        it = iter(loader)
+        epochs += 1
+        while True:
+            w0 = time.perf_counter_ns()
+            try:
+                x, y = next(it)
+            except StopIteration:
+                break
+            w1 = time.perf_counter_ns()
+            t_ns.append(w1)
+            n.append(len(y))
+            if len(t_ns) == ramp:
+                steady_t0, loop_t0 = w1, w1
+            elif len(t_ns) > ramp:
+                wait_ns += w1 - w0
+            if model is not None:
+                x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+                if a.channels_last:
+                    x = x.to(memory_format=torch.channels_last)
+                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16 and dev.type == "cuda"):
+                    loss = loss_fn(model(x), y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()  # the step is done when the loop asks again (a real loop syncs on .item())
+            elif a.step_ms:
+                end = time.perf_counter_ns() + int(a.step_ms * 1e6)
+                while time.perf_counter_ns() < end:
+                    pass
+            if steady_t0 is not None and (time.perf_counter_ns() - steady_t0 >= a.seconds * 1e9
+                                          or len(t_ns) >= a.max_batches):
+                done = True
+                break
+        del it
+    loop_s = (t_ns[-1] - loop_t0) / 1e9 if loop_t0 is not None and len(t_ns) > ramp else None
+    out = {"arch": a.arch, "batch_size": a.batch_size, "workers": a.workers, "prefetch_factor": a.prefetch_factor,
+           "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+           "device": dev.type, "epochs": epochs, "ramp_batches": ramp, "batches_total": len(t_ns),
+           **steady(t_ns, n, ramp), "wait_share": (wait_ns / 1e9 / loop_s) if loop_s else None}
+    text = json.dumps(out)
+    print(text, flush=True)
+    if a.json is not None:
+        a.json.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
