@@ -87,7 +87,7 @@ def phase_throughput(a) -> dict:
 def phase_sens(a) -> dict:
     out = Path(a.work) / f"sens-{a.arch}"
     grid = ",".join(map(str, a.cpus))
-    rc, o, e, wall = lotus("sensitivity", "--cpus-grid", grid, "--cache-gb", "1000", "--max-probes", a.max_probes,
+    rc, o, e, wall = lotus("sensitivity", "--max-seconds", a.max_seconds, "--cpus-grid", grid, "--cache-gb", "1000", "--max-probes", a.max_probes,
                            "--out", out, "--json", "--", *job(a, 4, 100000))
     if rc != 0:
         return {"error": e[-3000:], "wall_s": wall}
@@ -109,7 +109,7 @@ def phase_sens(a) -> dict:
 
 def phase_tune(a) -> dict:
     out = Path(a.work) / f"tune-{a.arch}"
-    rc, o, e, wall = lotus("tune", "--only", "num_workers", "--max-workers", max(a.sweep), "--budget-minutes", 8,
+    rc, o, e, wall = lotus("tune", "--max-seconds", a.max_seconds, "--only", "num_workers", "--max-workers", max(a.sweep), "--budget-minutes", 8,
                            "--out", out, "--json", "--", *job(a, 4, 100000))
     if rc != 0:
         return {"error": e[-3000:], "wall_s": wall}
@@ -151,7 +151,7 @@ def phase_whatif(a) -> dict:
 def phase_stalls(a) -> dict:
     out = Path(a.work) / f"stalls-{a.arch}"
     w = a.stalls_workers
-    rc, o, e, wall = lotus("stalls", "--out", out, "--json", *(["--data", a.data] if a.data else []), "--",
+    rc, o, e, wall = lotus("stalls", "--max-seconds", a.max_seconds, "--out", out, "--json", *(["--data", a.data] if a.data else []), "--",
                            *job(a, w, 100000))
     if rc != 0:
         return {"error": e[-3000:], "wall_s": wall}
@@ -182,8 +182,9 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", default="4,8,12,15,20,24", help="worker counts of the reference sweep (all CPUs)")
     p.add_argument("--throughput-workers", default="15,24")
     p.add_argument("--stalls-workers", type=int, default=8)
-    p.add_argument("--ref-seconds", type=float, default=15.0)
+    p.add_argument("--ref-seconds", type=float, default=20.0)
     p.add_argument("--max-probes", type=int, default=8)
+    p.add_argument("--max-seconds", type=float, default=45.0, help="lotus's probe cap (seconds of batches)")
     p.add_argument("job_args", nargs="*", help="more arguments for the reference job (after --)")
     a = p.parse_args(argv)
     a.cpus = [int(c) for c in a.cpus.split(",") if int(c) <= len(allowed())]
