@@ -87,8 +87,8 @@ def phase_throughput(a) -> dict:
 def phase_sens(a) -> dict:
     out = Path(a.work) / f"sens-{a.arch}"
     grid = ",".join(map(str, a.cpus))
-    rc, o, e, wall = lotus("sensitivity", "--max-seconds", a.max_seconds, "--cpus-grid", grid, "--cache-gb", "1000", "--max-probes", a.max_probes,
-                           "--out", out, "--json", "--", *job(a, 4, 100000))
+    rc, o, e, wall = lotus("sensitivity", "--max-seconds", a.max_seconds, "--cpus-grid", grid, "--cache-gb", "1000",
+                           "--max-probes", a.max_probes, "--out", out, "--json", "--", *job(a, 4, 100000))
     if rc != 0:
         return {"error": e[-3000:], "wall_s": wall}
     doc = json.loads(o)
@@ -109,8 +109,9 @@ def phase_sens(a) -> dict:
 
 def phase_tune(a) -> dict:
     out = Path(a.work) / f"tune-{a.arch}"
-    rc, o, e, wall = lotus("tune", "--max-seconds", a.max_seconds, "--only", "num_workers", "--max-workers", max(a.sweep), "--budget-minutes", 8,
-                           "--out", out, "--json", "--", *job(a, 4, 100000))
+    rc, o, e, wall = lotus("tune", "--max-seconds", a.max_seconds, "--only", "num_workers",
+                           "--max-workers", max(a.sweep), "--budget-minutes", 8, "--out", out, "--json", "--",
+                           *job(a, 4, 100000))
     if rc != 0:
         return {"error": e[-3000:], "wall_s": wall}
     doc = json.loads(o)
@@ -151,8 +152,8 @@ def phase_whatif(a) -> dict:
 def phase_stalls(a) -> dict:
     out = Path(a.work) / f"stalls-{a.arch}"
     w = a.stalls_workers
-    rc, o, e, wall = lotus("stalls", "--max-seconds", a.max_seconds, "--out", out, "--json", *(["--data", a.data] if a.data else []), "--",
-                           *job(a, w, 100000))
+    rc, o, e, wall = lotus("stalls", "--max-seconds", a.max_seconds, "--out", out, "--json",
+                           *(["--data", a.data] if a.data else []), "--", *job(a, w, 100000))
     if rc != 0:
         return {"error": e[-3000:], "wall_s": wall}
     doc = json.loads(o)

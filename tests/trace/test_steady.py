@@ -91,11 +91,10 @@ def test_short_epochs_make_whole_epoch_blocks():
     # epochs of 12 batches with a 300 ms restart each: blocks of 20 batches would hold 1 or 2 restarts (wide
     # interval); blocks of whole epochs each hold one, so a steady job's interval is tight
     rng = np.random.default_rng(3)
-    gaps, epochs, e = [], [], 0
-    for _ in range(40):
-        gaps += [300.0 + rng.normal(0, 5)] + list(10.0 + rng.normal(0, 0.5, 11))
+    gaps, epochs = [], []
+    for e in range(40):
+        gaps += [300.0 + rng.normal(0, 5), *(10.0 + rng.normal(0, 0.5, 11))]
         epochs += [e] * 12
-        e += 1
     t = _handoffs(gaps, ramp=1)
     ep = np.array([0, *epochs])
     by_epoch = steady_rate(t, ramp=8, workers=4, epochs=ep)
