@@ -15,3 +15,19 @@ def cpus_option(ctx, param, value):
         return parse_cpus(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def budget_option(ctx, param, value):
+    """``--detail-budget PCT``: a number > 0 (percent); otherwise one line on stderr and exit 2."""
+    if value is None:
+        return None
+    import math
+
+    try:
+        pct = float(value)
+    except ValueError:
+        pct = float("nan")
+    if not math.isfinite(pct) or pct <= 0:
+        click.echo(f"lotus: error: --detail-budget must be a number of percent > 0, got {value!r}", err=True)
+        raise click.exceptions.Exit(2)
+    return pct

@@ -17,6 +17,8 @@ import multiprocessing.context as mp_context
 import os
 
 from lotus._warn import warn_once
+from lotus.dataloader import compose
+from lotus.dataloader.budget import DetailBudget
 from lotus.dataloader.config import WorkerTraceConfig
 from lotus.dataloader.recorder import Recorder, make_itt, mono
 from lotus.trace import schema as S
@@ -47,6 +49,9 @@ class _IndexQueue(_QueueView):
             try:
                 if type(r) is tuple and len(r) == 2 and type(r[0]) is int:
                     self._state["t0"] = rec.begin_batch(r[0])
+                    if rec.detail and not self._state.get("patched"):
+                        compose.patch_classes()  # timed Composes for this detail batch only
+                        self._state["patched"] = True
                 elif r is not None and type(r).__name__ == "_ResumeIteration":
                     rec.epoch += 1  # persistent workers: the main process started a new epoch
             except Exception as exc:
@@ -63,6 +68,8 @@ class _ResultQueue(_QueueView):
             return self._q.put(obj, *args, **kwargs)
         t0 = self._state.pop("t0", None)
         t1 = mono()
+        if self._state.pop("patched", False):
+            compose.unpatch_classes()
         try:
             if t0 is not None:
                 kind = type(obj[1]).__name__
@@ -89,10 +96,12 @@ def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | 
 
     worker_id = int(compat.worker_arg(args, "worker_id"))
     writer = TraceWriter(cfg.trace_dir, "worker", rank=cfg.rank, world_size=cfg.world_size, worker_id=worker_id,
-                         extra={"main_pid": cfg.main_pid})
+                         extra={"main_pid": cfg.main_pid,
+                                "detail_budget_pct": None if cfg.detail_budget is None else cfg.detail_budget * 100})
     if not writer.ok:
         return args, None
-    rec = Recorder(writer, cfg.loader, cfg.epoch, make_itt(cfg.itt), worker_id=worker_id)
+    rec = Recorder(writer, cfg.loader, cfg.epoch, make_itt(cfg.itt), worker_id=worker_id,
+                   budget=DetailBudget(cfg.detail_budget))
     rec.rec(S.EV_WORKER_START, mono(), 0, S.NO_ID, S.NO_ID, worker_id)
     state: dict = {}
     new = {
@@ -100,11 +109,9 @@ def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | 
         "data_queue": _ResultQueue(compat.worker_arg(args, "data_queue"), rec, state),
         "collate_fn": TimedCollate(compat.worker_arg(args, "collate_fn"), rec, cfg.envelope),
     }
-    from lotus.dataloader import compose
-
     compose.reset_after_fork()
-    compose.patch_classes()
-    compose.open_window(rec)  # every Compose this worker runs is timed, wherever it lives
+    # every Compose this worker runs in a detail batch is timed, wherever it lives (patched per detail batch)
+    compose.open_window(rec, patch=False)
     dataset = compat.dataset_from_worker_args(args)
     if dataset is not None:
         iterable = compat.is_iterable_kind(compat.worker_arg(args, "dataset_kind"))
