@@ -23,7 +23,7 @@ from __future__ import annotations
 FIRST_DETAIL_BATCHES = 1  # batches at the start of each epoch, per worker, always in detail
 SAMPLE_COST_NS = 1_500  # tracer CPU per detail sample: its proxy/subclass call and one record
 OP_COST_NS = 800  # tracer CPU per op record: two clock reads and an append
-RELATIVE_COST = 0.01  # tracer CPU per ns of a detail batch's work (cache effects; see docs/overhead.md)
+RELATIVE_COST = 0.02  # tracer CPU per ns of a detail batch's work (cache effects; see docs/overhead.md)
 DEFAULT_BUDGET_PCT = 0.5
 
 

@@ -69,6 +69,9 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         swap = self._lotus_swap
         self._lotus_active = lt.on and swap is not None
         if not self._lotus_active:
+            plain = getattr(self, "_lotus_plain_fetcher", None)
+            if plain is not None:
+                self._dataset_fetcher = plain
             return self._lotus_unwrap(super()._next_data())[0]
         rec = self._lotus_rec
         self._lotus_t0 = None

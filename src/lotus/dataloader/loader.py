@@ -140,6 +140,7 @@ class LoaderTrace:
         self.on = False
         if self._rec is not None:
             self._rec.on = False
+            self._rec.detail = False
         self.w.buf = bytearray()
 
     def fail(self, where: str, exc: BaseException) -> None:
