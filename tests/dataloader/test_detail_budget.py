@@ -127,3 +127,35 @@ def test_first_batches_of_every_epoch_are_in_detail():
     for epoch in range(3):
         assert [b.choose(epoch, 0, 0) or b.done(10**6, 5, 5) for _ in range(5)][:B.FIRST_DETAIL_BATCHES] == [
             True] * B.FIRST_DETAIL_BATCHES
+
+
+@pytest.mark.detail_budget
+@pytest.mark.timeout(120)
+def test_analyses_estimate_per_op_figures_from_the_detail_batches(tmp_path):
+    from lotus.analysis import op_stats, op_totals_s, verdict
+    from lotus.analysis.diagnosis import slowest_ops
+    from lotus.trace import detail_share
+
+    _, events, batches = _run(tmp_path / "budget", epochs=1, num_workers=0)
+    share = detail_share(events)
+    assert share == pytest.approx(batches["detail"].mean()) and 0 < share < 1
+    ops = op_stats(events)
+    n_detail = int((events["name"] == "sample").sum())
+    for name in ("load", "Lambda", "sample"):
+        st = ops[name]
+        assert st["count_sampled"] == n_detail and st["sampled_share"] == share
+        assert st["count"] == round(n_detail / share)  # scaled to every batch
+        lo, hi = st["mean_ci95"]
+        assert lo <= st["mean"] <= hi
+    assert ops["collate"]["count"] == 60 and "sampled_share" not in ops["collate"]  # per batch: exact
+    total = op_totals_s(events)["Lambda"]
+    measured = float(events.loc[events["name"] == "Lambda", "dur_ns"].sum()) / 1e9
+    assert total == pytest.approx(measured / share)
+    rows = {r["name"]: r for r in slowest_ops(events, batches)}
+    assert rows["Lambda"]["sampled_share"] == share and rows["Lambda"]["calls_sampled"] == n_detail
+    assert rows["Lambda"]["calls"] == round(n_detail / share) and "sampled_share" not in rows["collate"]
+    assert verdict(events, batches)["slowest_op"]["name"] in rows
+
+    _, full_events, _ = _run(tmp_path / "full", epochs=1, num_workers=0, trace_detail="full")
+    full = op_stats(full_events)
+    assert "sampled_share" not in full["Lambda"] and full["Lambda"]["count"] == 480
