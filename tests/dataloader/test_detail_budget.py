@@ -136,7 +136,8 @@ def test_analyses_estimate_per_op_figures_from_the_detail_batches(tmp_path):
     from lotus.analysis.diagnosis import slowest_ops
     from lotus.trace import detail_share
 
-    _, events, batches = _run(tmp_path / "budget", epochs=1, num_workers=0)
+    # two epochs: at least two detail batches (the first of each), whatever the machine's speed
+    _, events, batches = _run(tmp_path / "budget", epochs=2, num_workers=0, trace_budget_pct=2)
     share = detail_share(events)
     assert share == pytest.approx(batches["detail"].mean()) and 0 < share < 1
     ops = op_stats(events)
@@ -147,7 +148,7 @@ def test_analyses_estimate_per_op_figures_from_the_detail_batches(tmp_path):
         assert st["count"] == round(n_detail / share)  # scaled to every batch
         lo, hi = st["mean_ci95"]
         assert lo <= st["mean"] <= hi
-    assert ops["collate"]["count"] == 60 and "sampled_share" not in ops["collate"]  # per batch: exact
+    assert ops["collate"]["count"] == 120 and "sampled_share" not in ops["collate"]  # per batch: exact
     total = op_totals_s(events)["Lambda"]
     measured = float(events.loc[events["name"] == "Lambda", "dur_ns"].sum()) / 1e9
     assert total == pytest.approx(measured / share)
@@ -159,3 +160,24 @@ def test_analyses_estimate_per_op_figures_from_the_detail_batches(tmp_path):
     _, full_events, _ = _run(tmp_path / "full", epochs=1, num_workers=0, trace_detail="full")
     full = op_stats(full_events)
     assert "sampled_share" not in full["Lambda"] and full["Lambda"]["count"] == 480
+
+
+class _SeesItsClass(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 160
+
+    def __getitem__(self, i):
+        return torch.tensor([float(type(self) is _SeesItsClass)])
+
+
+@pytest.mark.detail_budget
+@pytest.mark.timeout(120)
+def test_workers_run_the_users_class_in_batches_without_detail(tmp_path):
+    loader = DataLoader(_SeesItsClass(), batch_size=4, num_workers=2, trace_dir=tmp_path,
+                        multiprocessing_context="fork")
+    seen = [float(b.min()) for b in loader]
+    batches = load_batches(tmp_path).sort_values("batch_id")
+    detail = batches["detail"].to_numpy()
+    assert detail.any() and not detail.all()
+    assert [s for s, d in zip(seen, detail, strict=True) if not d] == [1.0] * int((~detail).sum())
+    assert all(s == 0.0 for s, d in zip(seen, detail, strict=True) if d)  # the timed subclass

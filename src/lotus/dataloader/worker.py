@@ -48,10 +48,17 @@ class _IndexQueue(_QueueView):
         if rec.on:
             try:
                 if type(r) is tuple and len(r) == 2 and type(r[0]) is int:
-                    self._state["t0"] = rec.begin_batch(r[0])
-                    if rec.detail and not self._state.get("patched"):
+                    state = self._state
+                    state["t0"] = rec.begin_batch(r[0])
+                    detail = rec.detail
+                    if detail and not state.get("patched"):
                         compose.patch_classes()  # timed Composes for this detail batch only
-                        self._state["patched"] = True
+                        state["patched"] = True
+                    classes = state.get("classes")
+                    if classes is not None:  # timed items for a detail batch, the user's class otherwise
+                        want = classes[2] if detail else classes[1]
+                        if type(classes[0]) is not want:
+                            classes[0].__class__ = want
                 elif r is not None and type(r).__name__ == "_ResumeIteration":
                     rec.epoch += 1  # persistent workers: the main process started a new epoch
             except Exception as exc:
@@ -117,7 +124,9 @@ def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | 
         iterable = compat.is_iterable_kind(compat.worker_arg(args, "dataset_kind"))
         cls = type(dataset)
         try:
-            instrument_in_worker(dataset, rec, iterable)
+            if instrument_in_worker(dataset, rec, iterable) and not iterable and type(dataset) is not cls:
+                # map-style: the timed subclass only for detail batches; the others call the user's class
+                state["classes"] = (dataset, cls, type(dataset))
         except Exception as exc:  # the dataset stays as it is; batch events still come
             if type(dataset) is not cls:
                 dataset.__class__ = cls
