@@ -9,8 +9,14 @@ stock loaders reported beside it (identical code: its ratio shows the floor of t
 
 Pipelines:
 * ``jpeg``: ImageFolder of generated JPEGs; decode, Resize(256), CenterCrop(224), ToTensor, Normalize.
+* ``text``: tokenizer-like: a sentence per index, Compose([lower, split, vocabulary lookup to a padded
+  id tensor]) (tens of us of CPU per sample, as text, tabular and recommendation pipelines spend).
 * ``trivial``: a dataset returning a small tensor per index, transform = Compose([lambda x: x + 1]);
   the difference per sample is the tracer's fixed cost.
+
+``--detail budget|full`` picks lotus's per-sample detail (default: budget, the DataLoader's default).
+``--accuracy N`` also traces an N-image JPEG epoch both ways (full and budget) and compares every op's
+mean time (the budgeted trace estimates from its detail batches).
 
     python benchmarks/overhead_pairs.py                      # ~3 min on 2 cores
     python benchmarks/overhead_pairs.py --pairs 1000 --json out.json
@@ -59,6 +65,52 @@ class _Trivial:
 
 def _plus_one(x):
     return x + 1
+
+
+_WORDS = ("the a of to and in is was for on that with as by at from it an be this which or are have not data "  # noqa: SIM905
+          "loader batch worker sample tensor model train epoch queue pipeline token vocabulary").split()
+
+
+def _lower(s: str) -> str:
+    return s.lower()
+
+
+def _split(s: str) -> list[str]:
+    return s.split()
+
+
+class _Lookup:
+    """Vocabulary lookup into a fixed-length id tensor (unknown words: 1, padding: 0)."""
+
+    def __init__(self, vocab: dict[str, int], length: int):
+        self.vocab = vocab
+        self.length = length
+
+    def __call__(self, words: list[str]):
+        import torch
+
+        ids = [self.vocab.get(w, 1) for w in words[: self.length]]
+        ids += [0] * (self.length - len(ids))
+        return torch.tensor(ids, dtype=torch.int64)
+
+
+class _Text:
+    """A map-style dataset of sentences, tokenized per sample (lower, split, vocabulary lookup)."""
+
+    def __init__(self, n: int, words: int = 120, seed: int = 5):
+        from torchvision import transforms as T
+
+        rng = random.Random(seed)
+        pool = [w.capitalize() if i % 3 == 0 else w for i, w in enumerate(_WORDS)]
+        self.sentences = [" ".join(rng.choice(pool) for _ in range(words)) for _ in range(n)]
+        vocab = {w: i + 2 for i, w in enumerate(sorted(set(_WORDS)))}
+        self.transform = T.Compose([_lower, _split, _Lookup(vocab, 160)])
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __getitem__(self, i):
+        return self.transform(self.sentences[i]), i
 
 
 class _Cycler:
@@ -111,7 +163,7 @@ def alternate(a, b, pairs: int, warmup: int) -> dict:
             "median_a_ns": statistics.median(ta), "median_b_ns": statistics.median(tb)}
 
 
-def measure(ds, batch_size: int, pairs: int, warmup: int, trace_dir: Path) -> dict:
+def measure(ds, batch_size: int, pairs: int, warmup: int, trace_dir: Path, detail: str = "budget") -> dict:
     import torch
 
     from lotus.dataloader import DataLoader
@@ -119,12 +171,65 @@ def measure(ds, batch_size: int, pairs: int, warmup: int, trace_dir: Path) -> di
     def stock():
         return torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=0)
 
-    traced = DataLoader(ds, batch_size=batch_size, num_workers=0, trace_dir=str(trace_dir))
+    traced = DataLoader(ds, batch_size=batch_size, num_workers=0, trace_dir=str(trace_dir), trace_detail=detail)
     out = {"lotus_vs_torch": alternate(stock(), traced, pairs, warmup),
            "torch_vs_torch": alternate(stock(), stock(), pairs, warmup)}
     for v in out.values():
         v["per_sample_diff_us"] = v["median_diff_ns"] / batch_size / 1e3
         v["per_sample_diff_ci95_us"] = [d / batch_size / 1e3 for d in v["diff_ci95_ns"]]
+    return out
+
+
+def _detail_share(trace_dir: Path) -> float:
+    from lotus.trace import load_batches
+
+    b = load_batches(trace_dir)
+    return float(b["detail"].mean()) if len(b) else float("nan")
+
+
+def accuracy(tmp: Path, images: int, batch_size: int) -> dict:
+    """Every op's mean time (ms) from a budgeted trace and from a full one of the same N-image JPEG epoch.
+
+    The two traced loaders run interleaved batch by batch (after one untraced epoch that warms the page
+    cache), so both see the same machine: run-to-run drift on a shared machine is larger than 3%."""
+    import torch
+
+    from lotus.analysis.stats import config_stats
+    from lotus.dataloader import DataLoader
+    from lotus.trace import load_batches, load_events
+
+    ds = _jpeg_dataset(tmp / "data-acc", images)
+    for _ in torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=0):
+        pass
+    out = {"images": images, "interleaved": True}
+    loaders = {d: DataLoader(ds, batch_size=batch_size, num_workers=0, trace_dir=str(tmp / f"acc-{d}"),
+                             trace_detail=d) for d in ("full", "budget")}
+    its = {d: iter(ld) for d, ld in loaders.items()}
+    for i in range(len(loaders["full"])):
+        order = ("full", "budget") if i % 2 == 0 else ("budget", "full")
+        for d in order:
+            next(its[d])
+    for d, it in its.items():
+        for _ in it:  # the epoch ends: its records are written
+            pass
+        st = config_stats(load_events(tmp / f"acc-{d}"), load_batches(tmp / f"acc-{d}"))
+        out[d] = st["ops_ms"]
+        out[d + "_detail_batches"] = _detail_share(tmp / f"acc-{d}")
+    print(f"op means on {images} JPEGs (ms per call): op, full, budget (95% CI), budget/full - 1")
+    rows = {}
+    for op, f in out["full"].items():
+        b = out["budget"].get(op, {})
+        if not b or not f.get("mean"):
+            continue
+        rel = b["mean"] / f["mean"] - 1
+        ci = b.get("mean_ci95")
+        inside = ci is not None and ci[0] <= f["mean"] <= ci[1]
+        rows[op] = {"full_ms": f["mean"], "budget_ms": b["mean"], "rel": rel, "budget_ci95": ci,
+                    "sampled_share": b.get("sampled_share", 1.0), "within_3pct_or_ci": abs(rel) <= 0.03 or inside}
+        cis = f"({ci[0]:.4f} .. {ci[1]:.4f})" if ci else ""
+        print(f"  {op:22s} {f['mean']:.4f} {b['mean']:.4f} {cis} {rel:+.2%} "
+              f"{'ok' if rows[op]['within_3pct_or_ci'] else 'NOT within 3% nor the CI'}")
+    out["compare"] = rows
     return out
 
 
@@ -142,25 +247,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--images", type=int, default=256)
-    p.add_argument("--pipelines", default="jpeg,trivial")
+    p.add_argument("--pipelines", default="jpeg,text,trivial")
+    p.add_argument("--detail", choices=["budget", "full"], default="budget")
+    p.add_argument("--accuracy", type=int, default=0, metavar="N", help="also compare op means on N JPEGs")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     results = {"python": sys.version.split()[0], "torch": torch.__version__, "pairs": args.pairs,
-               "batch_size": args.batch_size}
+               "batch_size": args.batch_size, "detail": args.detail, "argv": sys.argv[1:]}
     with tempfile.TemporaryDirectory(prefix="lotus-pairs-") as tmp:
         tmp = Path(tmp)
-        for name in args.pipelines.split(","):
-            ds = _jpeg_dataset(tmp / "data", args.images) if name == "jpeg" else _Trivial(4096)
+        for name in [n for n in args.pipelines.split(",") if n]:
+            ds = {"jpeg": lambda: _jpeg_dataset(tmp / "data", args.images), "text": lambda: _Text(4096),
+                  "trivial": lambda: _Trivial(4096)}[name]()
             t0 = time.perf_counter()
-            r = measure(ds, args.batch_size, args.pairs, args.warmup, tmp / f"trace-{name}")
+            r = measure(ds, args.batch_size, args.pairs, args.warmup, tmp / f"trace-{name}", args.detail)
+            r["detail_batches"] = _detail_share(tmp / f"trace-{name}")
             results[name] = r
-            print(f"{name} (batch {args.batch_size}, {args.pairs} pairs, {time.perf_counter() - t0:.0f} s):")
+            print(f"{name} (batch {args.batch_size}, {args.pairs} pairs, detail {args.detail}: "
+                  f"{r['detail_batches']:.1%} of batches, {time.perf_counter() - t0:.0f} s):")
             print(_line("lotus vs torch", r["lotus_vs_torch"]))
             print(_line("torch vs torch", r["torch_vs_torch"]))
+        if args.accuracy:
+            results["accuracy"] = accuracy(tmp, args.accuracy, args.batch_size)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))
     return 0
 

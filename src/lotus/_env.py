@@ -8,6 +8,8 @@ WORKERS = "LOTUS_WORKERS"  # lotus run --workers N: num_workers of every DataLoa
 LOADER_ARGS = "LOTUS_LOADER_ARGS"  # lotus run --set KEY=VALUE: JSON object of DataLoader settings to force
 REPLAY = "LOTUS_REPLAY"  # lotus stalls: prepare N batches, then replay them (the loop's ingestion limit)
 DATASET_FILES = "LOTUS_DATASET_FILES"  # "1": loaders list their dataset's files (lotus.dataloader.datafiles)
+DETAIL = "LOTUS_DETAIL"  # "full": per-sample/per-op records for every batch; "budget" (default): by a CPU budget
+DETAIL_BUDGET = "LOTUS_DETAIL_BUDGET_PCT"  # the detail budget, percent of the pipeline's CPU (default 0.5)
 STEPS = "LOTUS_STEPS"  # lotus run --steps N: end the job after N consumed batches of one loader
 PRECISION = "LOTUS_PRECISION"  # lotus run --precision P: end the job once its steady rate is known to +-P
 PROBE_MAX_S = "LOTUS_PROBE_MAX_S"  # lotus run --max-seconds S: end a probe after S seconds of hand-offs

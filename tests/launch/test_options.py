@@ -52,3 +52,21 @@ def test_job_env(tmp_path):
     untraced = job_env(LaunchOptions(trace=False), tmp_path, {"OMP_NUM_THREADS": "7"})
     assert "LOTUS_TRACE_DIR" not in untraced and "LOTUS_STEPS" not in untraced
     assert untraced["OMP_NUM_THREADS"] == "7"
+
+
+def test_detail_settings_reach_the_job_environment(tmp_path):
+    env = job_env(LaunchOptions(detail_budget_pct=2.5, full_detail=True), tmp_path, base={})
+    assert env["LOTUS_DETAIL_BUDGET_PCT"] == "2.5" and env["LOTUS_DETAIL"] == "full"
+    env = job_env(LaunchOptions(), tmp_path, base={})
+    assert "LOTUS_DETAIL" not in env and "LOTUS_DETAIL_BUDGET_PCT" not in env
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "abc", "nan", "inf"])
+def test_a_bad_detail_budget_is_one_line_and_exit_2(bad):
+    from click.testing import CliRunner
+
+    from lotus.cli import cli
+
+    res = CliRunner().invoke(cli, ["run", "--detail-budget", bad, "--", "true"])
+    assert res.exit_code == 2
+    assert res.output.count("\n") == 1 and "--detail-budget" in res.output

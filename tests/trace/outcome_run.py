@@ -36,10 +36,11 @@ def write_outcome_run(directory, *, legacy: bool = False) -> Path:
     """Write the run in ``directory``. ``legacy``: as lotus <= 0.1 wrote it (exhausted fetches are
     ``fetch`` events flagged ``FETCH_STOP``, arrives carry no flag)."""
     d = Path(directory)
-    main = TraceWriter(d, "main", extra={"pid": PIDS[-1]})
+    # the records below are the layout of format 1 (load and sample records per item): say so
+    main = TraceWriter(d, "main", extra={"pid": PIDS[-1], "version": 1})
     main.define_loader(0, {"name": "outcomes", "batch_size": 2, "num_workers": 2, "prefetch_factor": 2,
                            "persistent_workers": False, "in_order": True})
-    workers = {k: TraceWriter(d, "worker", worker_id=k, extra={"pid": PIDS[k]}) for k in (0, 1)}
+    workers = {k: TraceWriter(d, "worker", worker_id=k, extra={"pid": PIDS[k], "version": 1}) for k in (0, 1)}
     crop = {k: w.name_id("Crop") for k, w in workers.items()}
     t = T0
     for epoch in (0, 1):

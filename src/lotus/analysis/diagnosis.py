@@ -24,9 +24,9 @@ import math
 
 import numpy as np
 
-from lotus.analysis.stats import op_durations, prepared
+from lotus.analysis.stats import PER_BATCH_OPS, op_durations, op_mean_ci95_ms, prepared
 from lotus.analysis.wait import wait_stats
-from lotus.trace.batches import ok_batches, outcome_summary, worker_label
+from lotus.trace.batches import detail_share, ok_batches, outcome_summary, worker_label
 
 GROUP = ["rank", "loader", "epoch"]
 FINE, INPUT_BOUND, SEVERE, UNKNOWN = "fine", "input-bound", "severely input-bound", "unknown"
@@ -113,13 +113,18 @@ def worker_utilisation(batches):
 def slowest_ops(events, batches) -> list[dict]:
     """Parts of preprocessing by total time (largest first): name, calls, mean ms, total s, share."""
     prep_total = float(prepared(batches)["prep_dur_ns"].sum(skipna=True) or 0)
+    durations = {n: d for n, d in op_durations(events).items() if n not in _NOT_OPS and d.size}
+    share = detail_share(events) if durations else 1.0
+    ci = op_mean_ci95_ms(events, [n for n in durations if n not in PER_BATCH_OPS]) if share < 1.0 else {}
     rows = []
-    for name, d in op_durations(events).items():
-        if name in _NOT_OPS or d.size == 0:
-            continue
-        total = float(d.sum())
-        rows.append({"name": name, "calls": int(d.size), "mean_ms": total / d.size / 1e6, "total_s": total / 1e9,
-                     "share_of_preprocessing": total / prep_total if prep_total else None})
+    for name, d in durations.items():
+        scale = 1.0 if name in PER_BATCH_OPS else share  # per-sample ops of detail batches only: estimate
+        total = float(d.sum()) / scale
+        row = {"name": name, "calls": round(d.size / scale), "mean_ms": float(d.sum()) / d.size / 1e6,
+               "total_s": total / 1e9, "share_of_preprocessing": total / prep_total if prep_total else None}
+        if scale < 1.0:
+            row.update(sampled_share=scale, calls_sampled=int(d.size), mean_ci95_ms=ci.get(name))
+        rows.append(row)
     return sorted(rows, key=lambda r: -r["total_s"])
 
 

@@ -45,11 +45,16 @@ def op_seconds_frame(configs):
     """``config, op, cpu_s``: total time per op (load, transform ops, collate; not the overlapping totals)."""
     import pandas as pd
 
+    from lotus.analysis.stats import PER_BATCH_OPS
+    from lotus.trace.batches import detail_share
+
     rows = []
     for name, events in configs:
+        share = detail_share(events)  # per-op detail for a share of the batches: scaled to all of them
         for op, d in op_durations(events).items():
             if op not in ("transform", "sample"):
-                rows.append({"config": name, "op": op, "cpu_s": float(d.sum()) / 1e9})
+                scale = 1.0 if op in PER_BATCH_OPS else share
+                rows.append({"config": name, "op": op, "cpu_s": float(d.sum()) / 1e9 / scale})
     return pd.DataFrame(rows, columns=["config", "op", "cpu_s"])
 
 

@@ -33,6 +33,7 @@ KEY = ["rank", "loader", "epoch", "batch_id"]
 # built-in per-sample / per-batch parts of preprocessing, in pipeline order around the ops
 LEAD_OPS = ("load",)
 TAIL_OPS = ("transform", "sample", "collate")
+PER_BATCH_OPS = ("collate",)  # recorded for every batch, whatever the detail budget: never scaled
 
 
 def describe_ms(values_ns) -> dict[str, float | int | None]:
@@ -147,13 +148,69 @@ def _rows_of_batches(events, batches) -> np.ndarray:
 
 
 def op_stats(events, *, exclude=None) -> dict[str, dict]:
-    """Statistics (ms per call) of every op, in pipeline order (see the module doc)."""
-    return {n: describe_ms(d) for n, d in op_durations(events, exclude=exclude).items()}
+    """Statistics (ms per call) of every op, in pipeline order (see the module doc).
+
+    A trace whose per-sample/per-op detail was recorded for a share of its batches (the detail budget,
+    :mod:`lotus.dataloader.budget`) is a sample of whole batches: the per-call statistics estimate the
+    whole run's; ``count`` and ``sum`` are scaled to all batches (``count_sampled`` is what was recorded)
+    and ``sampled_share`` and ``mean_ci95`` (ms, the mean's 95% interval over the sampled batches) are
+    added. A trace in full detail gets neither key."""
+    from lotus.trace.batches import detail_share
+
+    durations = op_durations(events, exclude=exclude)
+    out = {n: describe_ms(d) for n, d in durations.items()}
+    share = detail_share(events) if durations else 1.0
+    if share < 1.0:
+        ci = op_mean_ci95_ms(events, [n for n in durations if n not in PER_BATCH_OPS], exclude=exclude)
+        for n, st in out.items():
+            if n in PER_BATCH_OPS:
+                continue
+            st["count_sampled"] = st["count"]
+            st["count"] = round(st["count"] / share)
+            st["sum"] = None if st["sum"] is None else st["sum"] / share
+            st["sampled_share"] = share
+            st["mean_ci95"] = ci.get(n)
+    return out
+
+
+def op_mean_ci95_ms(events, names: list[str], *, exclude=None) -> dict[str, list[float] | None]:
+    """95% interval (ms) of each op's mean per call, treating the batches as the sampled units (ratio
+    estimator: sum of the op's time over its calls, batch by batch; normal approximation). None for an op
+    seen in fewer than two batches."""
+    import pandas as pd
+
+    from lotus.trace.batches import fetch_outcomes
+
+    cat = events["name"].array
+    codes = np.asarray(cat.codes)
+    lookup = {n: i for i, n in enumerate(cat.categories)}
+    drop = [d[KEY] for d in (fetch_outcomes(events), exclude) if d is not None and len(d)]
+    keep = ~_rows_of_batches(events, pd.concat(drop, ignore_index=True)) if drop else np.ones(len(events), bool)
+    out: dict[str, list[float] | None] = {}
+    for n in names:
+        mask = (codes == lookup[n]) & keep
+        part = pd.DataFrame({k: events[k].to_numpy()[mask] for k in [*KEY, "pid"]})
+        part["d"] = events["dur_ns"].to_numpy()[mask].astype(np.float64)
+        g = part.groupby([*KEY, "pid"], sort=False)["d"].agg(["sum", "count"])
+        k = len(g)
+        if k < 2:
+            out[n] = None
+            continue
+        total, calls = g["sum"].to_numpy(), g["count"].to_numpy().astype(np.float64)
+        mean = total.sum() / calls.sum()
+        se = np.sqrt(np.sum((total - mean * calls) ** 2) / (k * (k - 1))) / calls.mean()
+        out[n] = [float((mean - 1.96 * se) / 1e6), float((mean + 1.96 * se) / 1e6)]
+    return out
 
 
 def op_totals_s(events) -> dict[str, float]:
-    """CPU seconds spent in each op (sum of durations), pipeline order."""
-    return {n: float(d.sum()) / 1e9 for n, d in op_durations(events).items()}
+    """CPU seconds spent in each op (sum of durations), pipeline order; a trace with per-op detail for a
+    share of its batches is scaled to all of them."""
+    from lotus.trace.batches import detail_share
+
+    durations = op_durations(events)
+    share = detail_share(events) if durations else 1.0
+    return {n: float(d.sum()) / 1e9 / (1.0 if n in PER_BATCH_OPS else share) for n, d in durations.items()}
 
 
 def config_stats(events, batches, *, remove_outliers: bool = False) -> dict:
@@ -178,11 +235,18 @@ def stats_table(stats_by_config: dict[str, dict]):
     import pandas as pd
 
     rows = []
+    sampled = False
     for cfg, st in stats_by_config.items():
         rows.append({"config": cfg, "what": "batch", "name": "batch preprocessing", **st["batch_preprocessing_ms"]})
         for op, d in st["ops_ms"].items():
-            rows.append({"config": cfg, "what": "op", "name": op, **d})
-    return pd.DataFrame(rows, columns=["config", "what", "name", *STAT_KEYS])
+            row = {"config": cfg, "what": "op", "name": op, **{k: d.get(k) for k in STAT_KEYS}}
+            if "sampled_share" in d:  # per-op detail for a share of the batches (the detail budget)
+                sampled = True
+                ci = d.get("mean_ci95") or [None, None]
+                row.update(sampled_share=d["sampled_share"], mean_ci95_lo=ci[0], mean_ci95_hi=ci[1])
+            rows.append(row)
+    extra = ["sampled_share", "mean_ci95_lo", "mean_ci95_hi"] if sampled else []
+    return pd.DataFrame(rows, columns=["config", "what", "name", *STAT_KEYS, *extra])
 
 
 def _plain(v):

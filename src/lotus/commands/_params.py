@@ -48,3 +48,19 @@ def rate_text(rate: float | None, ci95=None, unit: str = "samples/s") -> str:
     else:
         text += " (no interval: too few batches)"
     return text
+
+
+def budget_option(ctx, param, value):
+    """``--detail-budget PCT``: a number > 0 (percent); otherwise one line on stderr and exit 2."""
+    if value is None:
+        return None
+    import math
+
+    try:
+        pct = float(value)
+    except ValueError:
+        pct = float("nan")
+    if not math.isfinite(pct) or pct <= 0:
+        click.echo(f"lotus: error: --detail-budget must be a number of percent > 0, got {value!r}", err=True)
+        raise click.exceptions.Exit(2)
+    return pct

@@ -260,8 +260,13 @@ def _print_verdict(name: str, v: dict, per_rank: bool) -> None:
         click.echo("  per rank: " + ", ".join(f"rank {r} {pct(d['wait_share'])}" for r, d in v["per_rank"].items()))
     slow = v["slowest_op"]
     if slow:
+        sampled = ""
+        if slow.get("sampled_share") is not None:  # per-op detail for a share of the batches (detail budget)
+            ci = slow.get("mean_ci95_ms")
+            sampled = (f" (estimated from {pct(slow['sampled_share'])} of batches"
+                       + (f"; mean 95% CI {ci[0]:.3g} .. {ci[1]:.3g} ms" if ci else "") + ")")
         click.echo(f"  slowest op: {slow['name']}, {slow['mean_ms']:.3g} ms per call, "
-                   f"{pct(slow['share_of_preprocessing'])} of preprocessing time")
+                   f"{pct(slow['share_of_preprocessing'])} of preprocessing time{sampled}")
     wk = v["workers"]
     if wk["count"]:
         each = ", ".join(f"{k} {pct(s)}" for k, s in list(wk["per_worker"].items())[:16])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from lotus.commands._params import cpus_option, rate_text
+from lotus.commands._params import budget_option, cpus_option, rate_text
 
 
 def _settings(values) -> dict:
@@ -45,6 +45,9 @@ def _settings(values) -> dict:
               help="CPU affinity of the job and all its processes, e.g. 0-3,8 (no root needed).")
 @click.option("--itt", is_flag=True, help="Also emit ITT tasks for Intel VTune.")
 @click.option("--telemetry", is_flag=True, help="Also sample NVML GPU utilisation, clocks and power.")
+@click.option("--detail-budget", "detail_budget", callback=budget_option, default=None, metavar="PCT",
+              help="CPU budget of the per-sample/per-op records, percent of the pipeline's CPU (default 0.5).")
+@click.option("--full-detail", is_flag=True, help="Per-sample/per-op records for every batch (costs more).")
 @click.option("--trace/--no-trace", default=True, show_default=True,
               help="--no-trace: lotus's DataLoader is swapped in untraced (drop-in checks, --workers only).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
@@ -52,8 +55,8 @@ def _settings(values) -> dict:
 @click.option("--verdict/--no-verdict", default=True, show_default=True,
               help="Print the verdict (as `lotus analyze verdict`) to stderr at the end.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, telemetry, trace, timeout_s, verdict,
-        command) -> None:
+def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, telemetry, detail_budget, full_detail,
+        trace, timeout_s, verdict, command) -> None:
     """Run COMMAND (a script, `python -m ...`, a console script, torchrun) with lotus's DataLoader.
 
     Every torch.utils.data.DataLoader the command creates, in every process and torchrun rank, is
@@ -75,7 +78,8 @@ def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, 
         raise click.UsageError("--precision and --max-seconds end a probe early: give its cap with --steps")
     options = LaunchOptions(trace_dir=trace_dir, trace=trace, workers=workers, steps=steps, precision=precision,
                             max_seconds=max_seconds, cpus=cpus, itt=itt,
-                            telemetry=telemetry, timeout_s=timeout_s, loader_args=settings)
+                            telemetry=telemetry, timeout_s=timeout_s, loader_args=settings,
+                            detail_budget_pct=detail_budget, full_detail=full_detail)
     try:
         probe = launch(list(command), options)
     except CommandNotFound as exc:

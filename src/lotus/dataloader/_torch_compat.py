@@ -168,3 +168,57 @@ def persistent_iterator(loader):
 def drop_persistent_iterator(loader) -> None:
     """Forget it, so that the next epoch starts new workers."""
     loader._iterator = None
+
+
+@lru_cache(maxsize=1)
+def _worker_check_site() -> tuple[str, int] | None:
+    """(file, line) of the ``check_worker_number_rationality()`` call in torch's own ``_get_iterator``."""
+    fn = torch.utils.data.DataLoader._get_iterator
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        path = inspect.getsourcefile(fn)
+    except (OSError, TypeError):
+        return None
+    for i, line in enumerate(lines):
+        if "check_worker_number_rationality(" in line:
+            return path, first + i
+    return None
+
+
+class _Collect:
+    """Stands in for the ``warnings`` module in torch's dataloader module while its check runs."""
+
+    def __init__(self, real):
+        self.real = real
+        self.got: list[tuple] = []
+
+    def warn(self, message, category=None, stacklevel=1, source=None, **kwargs):
+        self.got.append((message, category))
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def check_worker_number(loader) -> None:
+    """torch's "This DataLoader will create N worker processes" warning, given as torch's own
+    ``_get_iterator`` gives it: attributed to that call's file and line, in torch's module warning
+    registry, so it shows exactly as often as with stock torch (lotus's iterator replaces that call)."""
+    import warnings
+
+    site = _worker_check_site()
+    real = getattr(_dl, "warnings", None)
+    if site is None or real is not warnings:
+        loader.check_worker_number_rationality()
+        return
+    collect = _Collect(real)
+    _dl.warnings = collect
+    try:
+        loader.check_worker_number_rationality()
+    finally:
+        _dl.warnings = real
+    registry = _dl.__dict__.setdefault("__warningregistry__", {})
+    for message, category in collect.got:
+        if isinstance(message, Warning):
+            category = type(message)
+        warnings.warn_explicit(message, category or UserWarning, site[0], site[1], module=_dl.__name__,
+                               registry=registry, module_globals=_dl.__dict__)

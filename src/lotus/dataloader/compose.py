@@ -12,7 +12,8 @@ exactly as torchvision does), with one clock read per op: the end of one op is t
 Each op records one event named after it (``Normalize``; ``Normalize#2`` for a second one in the same
 Compose). Nested Composes, or an op that calls a Compose inside, attribute time to the innermost ops
 once: an op during which other op events were recorded records nothing itself. The first top-level
-Compose call of a sample marks where its ``load`` ends and its ``transform`` span begins.
+Compose call of a sample marks where its ``load`` ends and its ``transform`` span begins. Only batches in
+detail (:mod:`.budget`) run the timed loop; every other batch runs the original one.
 
 ``tests/dataloader/test_compose_timing.py`` checks, against the installed torchvision, that the timed
 loop returns exactly what the original does (canary for a torchvision that changes Compose).
@@ -39,14 +40,14 @@ _targets: list[tuple[type, str, object, object]] = []  # patched now: (class, at
 
 def _v1_call(self, img):
     rec = _active
-    if rec is None or _get_ident() != _thread or not rec.on:
+    if rec is None or _get_ident() != _thread or not rec.detail:
         return _ORIG_V1(self, img)
     return _timed(rec, self, (img,), False)
 
 
 def _v2_forward(self, *inputs):
     rec = _active
-    if rec is None or _get_ident() != _thread or not rec.on:
+    if rec is None or _get_ident() != _thread or not rec.detail:
         return _ORIG_V2(self, *inputs)
     return _timed(rec, self, inputs, True)
 
@@ -168,9 +169,12 @@ def _find_targets() -> list[tuple[type, str, object, object]]:
 def patch_classes() -> None:
     """Install the timed methods (counted: each call needs one :func:`unpatch_classes`).
 
-    Installed for the life of a main-process iterator or a worker process, not per batch: replacing a
-    class attribute invalidates the interpreter's attribute caches, so doing it per fetch would cost
-    more than the timing itself. Outside a window the timed methods call the originals at once."""
+    Installed for the batches in detail only (:mod:`.budget`): a worker patches when a detail batch
+    starts and unpatches when it ends, the main process (num_workers=0) for the fetch of a detail batch;
+    every other batch runs torchvision's own ``Compose`` with no lotus frame at all. Replacing a class
+    attribute invalidates the interpreter's attribute caches: that cost (a few us per detail batch) is
+    part of the detail cost the budget accounts for. Outside a window the timed methods call the
+    originals at once."""
     global _patches, _targets
     _patches += 1
     if _patches == 1:
@@ -193,10 +197,12 @@ def unpatch_classes() -> None:
 _patches = 0
 
 
-def open_window(rec: Recorder) -> None:
-    """From now on, Compose calls on this thread are timed into ``rec`` (until :func:`close_window`)."""
+def open_window(rec: Recorder, patch: bool = True) -> None:
+    """From now on, Compose calls on this thread are timed into ``rec`` (until :func:`close_window`).
+    ``patch=False``: the caller installs the timed methods itself when it wants timing (a worker: for
+    its detail batches only)."""
     global _active, _thread
-    if not _patches:
+    if patch and not _patches:
         patch_classes()  # a window outside any iterator (tests, tools): patched for its own life
         _stack.append((_active, _thread, True))
     else:

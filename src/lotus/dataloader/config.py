@@ -114,3 +114,4 @@ class WorkerTraceConfig:
     envelope: bool  # wrap batches for pin-memory timing
     num_workers: int
     main_pid: int = -1  # the process that owns the loader (readers tell loaders of several processes apart)
+    detail_budget: float | None = None  # per-sample/per-op detail budget, fraction of the work (None: full)

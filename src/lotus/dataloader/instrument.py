@@ -12,15 +12,14 @@ Load time of a sample = from the start of ``__getitem__`` to the start of its fi
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 
 from lotus.dataloader.recorder import Recorder, mono
 from lotus.dataloader.transforms import _delegate, needs_wrapping, trace_transform, transform_slots
 from lotus.trace import schema as S
 
-_PACK2 = struct.Struct("<" + S.RECORD.format.lstrip("<") * 2).pack  # two records in one append
-_PACK3 = struct.Struct("<" + S.RECORD.format.lstrip("<") * 3).pack
+_PACK2 = S.PACK2  # two records in one append (main side)
+_PACK3 = S.PACK3
 
 
 # -- per-sample timing ------------------------------------------------------------------------
@@ -34,11 +33,13 @@ def _index_of(idx) -> int:
 
 
 def _timed_item(rec: Recorder, get, arg, sample: int):
-    """Call ``get(arg)`` (one dataset item) and record its sample, load and transform events."""
-    if not rec.on:
+    """Call ``get(arg)`` (one dataset item); in a detail batch, record its ``sample`` event (``arg`` = its
+    load time, up to its first transform; -1 when no transform ran: the reader derives ``load`` and
+    ``transform`` from it and the item's op events)."""
+    if not rec.detail:
         return get(arg)
     rec.sample = sample
-    rec.tf_start = rec.tf_end = 0
+    rec.tf_start = 0
     rec.in_sample = True
     itt = rec.itt
     if itt is not None:
@@ -54,18 +55,13 @@ def _timed_item(rec: Recorder, get, arg, sample: int):
     t1 = mono()
     rec.in_sample = False
     try:
-        w = rec.w
-        lo, ep, b = rec.loader, rec.epoch, rec.batch
         tf0 = rec.tf_start
-        if tf0:
-            w.buf += _PACK3(S.EV_LOAD, lo, ep, t0, tf0 - t0, b, sample, 0,
-                            S.EV_TRANSFORM, lo, ep, tf0, rec.tf_end - tf0, b, sample, 0,
-                            S.EV_SAMPLE, lo, ep, t0, t1 - t0, b, sample, 0)
-        else:
-            if itt is not None:
-                itt.end()
-            w.buf += _PACK2(S.EV_LOAD, lo, ep, t0, t1 - t0, b, sample, 0,
-                            S.EV_SAMPLE, lo, ep, t0, t1 - t0, b, sample, 0)
+        if not tf0 and itt is not None:
+            itt.end()
+        w = rec.w
+        w.buf += w.pack(S.EV_SAMPLE, rec.loader, rec.epoch, t0, t1 - t0, rec.batch, sample,
+                        tf0 - t0 if tf0 else S.NO_ID)
+        rec.nsamp += 1
         rec.sample = S.NO_ID
     except Exception as exc:
         rec.fail("sample", exc)
@@ -170,9 +166,11 @@ class SampleProxy:
 
     def __getitem__(self, idx):
         rec = self._rec
-        if rec.itt is not None or not rec.on:
+        if not rec.detail:
+            return self._ds[idx]
+        if rec.itt is not None:
             return _timed_item(rec, self._ds.__getitem__, idx, _index_of(idx))
-        # _timed_item inlined (the per-sample hot path of num_workers=0)
+        # _timed_item inlined (the per-sample hot path of num_workers=0 in a detail batch)
         sample = idx if type(idx) is int else _index_of(idx)
         rec.sample = sample
         rec.tf_start = 0
@@ -184,15 +182,11 @@ class SampleProxy:
             rec.in_sample = False
         t1 = mono()
         tf0 = rec.tf_start
-        lo, ep, b = rec.loader, rec.epoch, rec.batch
         try:
-            if tf0:
-                rec.w.buf += _PACK3(S.EV_LOAD, lo, ep, t0, tf0 - t0, b, sample, 0,
-                                    S.EV_TRANSFORM, lo, ep, tf0, rec.tf_end - tf0, b, sample, 0,
-                                    S.EV_SAMPLE, lo, ep, t0, t1 - t0, b, sample, 0)
-            else:
-                rec.w.buf += _PACK2(S.EV_LOAD, lo, ep, t0, t1 - t0, b, sample, 0,
-                                    S.EV_SAMPLE, lo, ep, t0, t1 - t0, b, sample, 0)
+            w = rec.w
+            w.buf += w.pack(S.EV_SAMPLE, rec.loader, rec.epoch, t0, t1 - t0, rec.batch, sample,
+                            tf0 - t0 if tf0 else S.NO_ID)
+            rec.nsamp += 1
             rec.sample = S.NO_ID
         except Exception as exc:
             rec.fail("sample", exc)

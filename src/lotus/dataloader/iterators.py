@@ -16,7 +16,6 @@ events of :mod:`lotus.dataloader.instrument`. The loader policies of :mod:`lotus
 from __future__ import annotations
 
 from lotus.dataloader import _torch_compat as compat
-from lotus.dataloader import compose
 from lotus.dataloader.instrument import SampleProxy, TimedCollate
 from lotus.dataloader.main_side import _MainSide
 from lotus.dataloader.policy import DELIVERY_LOWEST_READY
@@ -40,11 +39,13 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
             iterable = compat.is_iterable_kind(self._dataset_kind)
             proxy = SampleProxy(self._dataset, rec, iterable)
             collate = TimedCollate(self._collate_fn, rec, envelope=bool(self._pin_memory))
-            self._dataset_fetcher = compat.create_fetcher(
+            self._lotus_detail_fetcher = compat.create_fetcher(
                 self._dataset_kind, proxy, self._auto_collation, collate, self._drop_last)
-            self._lotus_swap = TransformSwap(self._dataset, rec)
-            compose.patch_classes()
-            self._lotus_patched = True
+            # batches without detail: the user's dataset itself (no per-sample proxy call), collation timed
+            self._lotus_plain_fetcher = self._lotus_detail_fetcher if iterable else compat.create_fetcher(
+                self._dataset_kind, self._dataset, self._auto_collation, collate, self._drop_last)
+            self._dataset_fetcher = self._lotus_detail_fetcher
+            self._lotus_swap = TransformSwap(self._dataset, rec)  # patches Compose while a detail batch runs
             self._lotus_rec = rec
             self._lotus_epoch_start()
         except Exception as exc:  # fall back to torch's own fetcher, untraced samples
@@ -57,8 +58,7 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
             try:
                 rec = self._lotus_rec
                 batch = self._num_yielded
-                rec.epoch = self._lt.epoch
-                self._lotus_t0 = rec.begin_batch(batch)
+                self._lotus_t0 = rec.begin_batch(batch, choose=False)  # chosen in _next_data
                 self._lt.record(S.EV_DISPATCH, t0, self._lotus_t0 - t0, batch, S.NO_ID, -1)
             except Exception as exc:
                 self._lt.fail("dispatch", exc)
@@ -69,11 +69,20 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         swap = self._lotus_swap
         self._lotus_active = lt.on and swap is not None
         if not self._lotus_active:
+            plain = getattr(self, "_lotus_plain_fetcher", None)
+            if plain is not None:
+                self._dataset_fetcher = plain
             return self._lotus_unwrap(super()._next_data())[0]
         rec = self._lotus_rec
         self._lotus_t0 = None
+        rec.epoch = lt.epoch
         try:
-            with swap:
+            if rec.choose_detail():  # per-sample/per-op detail for this batch: timed items and transforms
+                self._dataset_fetcher = self._lotus_detail_fetcher
+                with swap:
+                    data = super()._next_data()
+            else:  # the plain path: the dataset's own items, untimed transforms, only the batch's records
+                self._dataset_fetcher = self._lotus_plain_fetcher
                 data = super()._next_data()
         except BaseException as exc:
             t0 = self._lotus_t0

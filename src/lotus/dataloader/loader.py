@@ -16,6 +16,7 @@ import torch.utils.data
 
 from lotus._warn import warn_once
 from lotus.dataloader import overrides
+from lotus.dataloader.budget import DetailBudget, budget_fraction
 from lotus.dataloader.config import (
     DATASET_FILES_ENV,
     WorkerTraceConfig,
@@ -70,6 +71,8 @@ def _describe(loader: _TorchDataLoader, name: str | None) -> dict:
         "requested": getattr(loader, "_lotus_requested", None) or None,
         "cpus_available": _cpus_available(),
         "replay_batches": replay_batches() or None,
+        "detail": "full" if getattr(loader, "_lotus_budget", None) is None else "budget",
+        "detail_budget_pct": None if getattr(loader, "_lotus_budget", None) is None else loader._lotus_budget * 100,
     }
 
 
@@ -84,7 +87,8 @@ class LoaderTrace:
     """Main-process tracing state of one DataLoader: its id, current epoch, and the process writer."""
 
     def __init__(self, loader: _TorchDataLoader, trace_dir: str, itt: bool, name: str | None,
-                 telemetry: bool = False):
+                 telemetry: bool = False, budget: float | None = None):
+        self.budget = budget  # detail budget, fraction of the work (None: full detail; lotus.dataloader.budget)
         self.rank, self.world_size = distributed_rank()
         self.telemetry = telemetry
         self.stop_after = steps_limit()  # lotus run --steps: batches this loader hands out before the job ends
@@ -139,6 +143,7 @@ class LoaderTrace:
         self.on = False
         if self._rec is not None:
             self._rec.on = False
+            self._rec.detail = False
         self.w.buf = bytearray()
 
     def fail(self, where: str, exc: BaseException) -> None:
@@ -149,7 +154,8 @@ class LoaderTrace:
     def recorder(self) -> Recorder:
         """The main-process recorder of this loader (num_workers=0)."""
         if self._rec is None:
-            self._rec = Recorder(self.w, self.loader_id, self.epoch, make_itt(self.itt))
+            self._rec = Recorder(self.w, self.loader_id, self.epoch, make_itt(self.itt),
+                                 budget=DetailBudget(self.budget))
         self._rec.on = self.on
         return self._rec
 
@@ -160,7 +166,7 @@ class LoaderTrace:
             trace_dir=os.path.abspath(self.trace_dir), itt=self.itt, rank=self.rank,
             world_size=self.world_size, loader=self.loader_id, epoch=self.epoch,
             envelope=bool(loader.pin_memory) and compat.accelerator_available(),
-            num_workers=loader.num_workers, main_pid=os.getpid(),
+            num_workers=loader.num_workers, main_pid=os.getpid(), detail_budget=self.budget,
         )
 
     # -- GPU (see lotus.dataloader.gpu) ----------------------------------------------------------
@@ -221,15 +227,22 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
     delivery_order: "in_order" (torch), "lowest_ready_first" or "arrival" (torch's in_order=False).
     gpu_telemetry: sample NVML GPU utilisation/clocks/power/energy into the trace (default:
         $LOTUS_GPU_TELEMETRY); needs nvidia-ml-py and CUDA.
+    trace_detail: "budget" (default, or $LOTUS_DETAIL): per-sample/per-op records for a share of whole
+        batches chosen so that the tracer's CPU stays within ``trace_budget_pct`` of the pipeline's;
+        "full": for every batch (see docs/overhead.md for its cost). Batch records are always exact.
+    trace_budget_pct: that budget in percent (> 0; default 0.5, or $LOTUS_DETAIL_BUDGET_PCT).
     """
 
     def __init__(self, *args, trace_dir=None, itt=None, trace_name=None, worker_assignment=None,
-                 delivery_order=None, gpu_telemetry=None, **kwargs):
+                 delivery_order=None, gpu_telemetry=None, trace_detail=None, trace_budget_pct=None, **kwargs):
         self._lotus = None
         self._lotus_wrapping = False
         self._lotus_policy = Policy()
         self._lotus_requested_workers = None
         self._lotus_auto = None
+        self._lotus_budget = None
+        if trace_detail is not None or trace_budget_pct is not None or resolve_trace_dir(trace_dir) is not None:
+            self._lotus_budget = budget_fraction(trace_detail, trace_budget_pct)  # ValueError on a bad value
         auto_cpus = None
         if "auto" in args or kwargs.get("num_workers") == "auto":
             from lotus.dataloader.auto import cpus_available, first_count
@@ -267,7 +280,8 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
             warn_once("compat", f"lotus: tracing disabled: {problem}")
             return
         try:
-            lt = LoaderTrace(self, directory, resolve_itt(itt), trace_name, resolve_telemetry(gpu_telemetry))
+            lt = LoaderTrace(self, directory, resolve_itt(itt), trace_name, resolve_telemetry(gpu_telemetry),
+                             self._lotus_budget)
         except Exception as exc:
             warn_once("loader-init", f"lotus: tracing disabled for a DataLoader ({exc!r})")
             return
@@ -309,7 +323,9 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
 
         if self.num_workers == 0:
             return TracedSingleProcessIter(self)
-        self.check_worker_number_rationality()
+        from lotus.dataloader import _torch_compat as compat
+
+        compat.check_worker_number(self)  # torch's warning, from torch's own call site (shown as often)
         self._lotus_wrapping = lt is not None and lt.on
         try:
             return TracedMultiProcessingIter(self)
@@ -352,6 +368,8 @@ def _signature() -> inspect.Signature:
         inspect.Parameter("worker_assignment", inspect.Parameter.KEYWORD_ONLY, default=None),
         inspect.Parameter("delivery_order", inspect.Parameter.KEYWORD_ONLY, default=None),
         inspect.Parameter("gpu_telemetry", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("trace_detail", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("trace_budget_pct", inspect.Parameter.KEYWORD_ONLY, default=None),
     ]
     if not any(p.kind == inspect.Parameter.KEYWORD_ONLY for p in params) and params[-1].kind in (
         inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):

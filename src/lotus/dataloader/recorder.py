@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from lotus._warn import warn_once
+from lotus.dataloader.budget import DetailBudget
 from lotus.trace import schema as S
 from lotus.trace.writer import TraceWriter
 
@@ -59,10 +60,11 @@ class Recorder:
     ``depth``/``nrec`` let nested ops attribute time to the innermost op once.
     """
 
-    __slots__ = ("batch", "compose_ids", "depth", "epoch", "h_batch", "h_collate", "h_load", "in_sample", "itt",
-                 "loader", "nrec", "on", "sample", "tf_end", "tf_start", "w", "worker_id")
+    __slots__ = ("batch", "budget", "compose_ids", "depth", "detail", "epoch", "h_batch", "h_collate", "h_load",
+                 "in_sample", "itt", "loader", "nrec", "nsamp", "on", "sample", "tf_end", "tf_start", "w", "worker_id")
 
-    def __init__(self, writer: TraceWriter, loader: int, epoch: int, itt: Itt | None, worker_id: int = -1):
+    def __init__(self, writer: TraceWriter, loader: int, epoch: int, itt: Itt | None, worker_id: int = -1,
+                 budget: DetailBudget | None = None):
         self.w = writer
         self.loader = loader
         self.epoch = epoch
@@ -73,10 +75,14 @@ class Recorder:
         self.in_sample = False
         self.depth = 0  # Compose loops in progress (lotus.dataloader.compose)
         self.nrec = 0  # op events recorded so far: an op that saw this change records nothing itself
+        self.nsamp = 0  # per-sample records so far (the budget's cost estimate)
         self.compose_ids: dict = {}  # id(ops list) -> (ops, event ids, ITT handles, list)
         self.worker_id = worker_id
         self.itt = itt
         self.on = writer.ok
+        # per-sample/per-op records for the batch in progress (decided at its start by the budget)
+        self.budget = budget if budget is not None else DetailBudget(None)
+        self.detail = self.on
         if itt is not None:
             self.h_batch = itt.handle("Batch")
             self.h_load = itt.handle("Loader")
@@ -92,6 +98,7 @@ class Recorder:
     def fail(self, where: str, exc: BaseException) -> None:
         """Switch recording off for good in this process; training continues."""
         self.on = False
+        self.detail = False
         self.w.buf = bytearray()
         warn_once(f"recorder:{where}", f"lotus: tracing stopped in this process ({where}: {exc!r}); "
                   "training continues untraced")
@@ -100,8 +107,15 @@ class Recorder:
         return self.w.name_id(name)
 
     # -- batch boundaries ---------------------------------------------------------------------
-    def begin_batch(self, batch: int) -> int:
+    def choose_detail(self) -> bool:
+        """Decide (once per batch, before it starts) whether it records per-sample/per-op detail."""
+        self.detail = d = self.on and self.budget.choose(self.epoch, self.nrec, self.nsamp)
+        return d
+
+    def begin_batch(self, batch: int, choose: bool = True) -> int:
         self.batch = batch
+        if choose:
+            self.choose_detail()
         t = mono()
         if self.itt is not None:
             self.itt.begin(self.h_batch)
@@ -111,5 +125,9 @@ class Recorder:
         t = end_ns or mono()
         if self.itt is not None:
             self.itt.end()
+        if self.detail:
+            flags |= S.FETCH_DETAIL
         self.rec(kind, start_ns, t - start_ns, self.batch, S.NO_ID, flags)
+        if kind == S.EV_FETCH:
+            self.budget.done(t - start_ns, self.nrec, self.nsamp)
         return t

@@ -61,7 +61,7 @@ class TimedOp:
 
     def __call__(self, *args, **kwargs):
         rec = self.rec
-        if not rec.on:
+        if not rec.detail:
             return self.op(*args, **kwargs)
         itt = rec.itt
         n0 = rec.nrec
@@ -102,7 +102,7 @@ class TimedPipeline:
 
     def __call__(self, *args, **kwargs):
         rec = self.rec
-        if not rec.on:
+        if not rec.detail:
             return self.inner(*args, **kwargs)
         t0 = mono()
         if rec.tf_start == 0:

@@ -17,6 +17,8 @@ import multiprocessing.context as mp_context
 import os
 
 from lotus._warn import warn_once
+from lotus.dataloader import compose
+from lotus.dataloader.budget import DetailBudget
 from lotus.dataloader.config import WorkerTraceConfig
 from lotus.dataloader.recorder import Recorder, make_itt, mono
 from lotus.trace import schema as S
@@ -46,7 +48,17 @@ class _IndexQueue(_QueueView):
         if rec.on:
             try:
                 if type(r) is tuple and len(r) == 2 and type(r[0]) is int:
-                    self._state["t0"] = rec.begin_batch(r[0])
+                    state = self._state
+                    state["t0"] = rec.begin_batch(r[0])
+                    detail = rec.detail
+                    if detail and not state.get("patched"):
+                        compose.patch_classes()  # timed Composes for this detail batch only
+                        state["patched"] = True
+                    classes = state.get("classes")
+                    if classes is not None:  # timed items for a detail batch, the user's class otherwise
+                        want = classes[2] if detail else classes[1]
+                        if type(classes[0]) is not want:
+                            classes[0].__class__ = want
                 elif r is not None and type(r).__name__ == "_ResumeIteration":
                     rec.epoch += 1  # persistent workers: the main process started a new epoch
             except Exception as exc:
@@ -63,6 +75,8 @@ class _ResultQueue(_QueueView):
             return self._q.put(obj, *args, **kwargs)
         t0 = self._state.pop("t0", None)
         t1 = mono()
+        if self._state.pop("patched", False):
+            compose.unpatch_classes()
         try:
             if t0 is not None:
                 kind = type(obj[1]).__name__
@@ -89,10 +103,12 @@ def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | 
 
     worker_id = int(compat.worker_arg(args, "worker_id"))
     writer = TraceWriter(cfg.trace_dir, "worker", rank=cfg.rank, world_size=cfg.world_size, worker_id=worker_id,
-                         extra={"main_pid": cfg.main_pid})
+                         extra={"main_pid": cfg.main_pid,
+                                "detail_budget_pct": None if cfg.detail_budget is None else cfg.detail_budget * 100})
     if not writer.ok:
         return args, None
-    rec = Recorder(writer, cfg.loader, cfg.epoch, make_itt(cfg.itt), worker_id=worker_id)
+    rec = Recorder(writer, cfg.loader, cfg.epoch, make_itt(cfg.itt), worker_id=worker_id,
+                   budget=DetailBudget(cfg.detail_budget))
     rec.rec(S.EV_WORKER_START, mono(), 0, S.NO_ID, S.NO_ID, worker_id)
     state: dict = {}
     new = {
@@ -100,17 +116,17 @@ def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | 
         "data_queue": _ResultQueue(compat.worker_arg(args, "data_queue"), rec, state),
         "collate_fn": TimedCollate(compat.worker_arg(args, "collate_fn"), rec, cfg.envelope),
     }
-    from lotus.dataloader import compose
-
     compose.reset_after_fork()
-    compose.patch_classes()
-    compose.open_window(rec)  # every Compose this worker runs is timed, wherever it lives
+    # every Compose this worker runs in a detail batch is timed, wherever it lives (patched per detail batch)
+    compose.open_window(rec, patch=False)
     dataset = compat.dataset_from_worker_args(args)
     if dataset is not None:
         iterable = compat.is_iterable_kind(compat.worker_arg(args, "dataset_kind"))
         cls = type(dataset)
         try:
-            instrument_in_worker(dataset, rec, iterable)
+            if instrument_in_worker(dataset, rec, iterable) and not iterable and type(dataset) is not cls:
+                # map-style: the timed subclass only for detail batches; the others call the user's class
+                state["classes"] = (dataset, cls, type(dataset))
         except Exception as exc:  # the dataset stays as it is; batch events still come
             if type(dataset) is not cls:
                 dataset.__class__ = cls

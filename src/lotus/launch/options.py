@@ -28,6 +28,8 @@ class LaunchOptions:
     cpus: list[int] | None = None
     itt: bool = False
     telemetry: bool = False
+    detail_budget_pct: float | None = None  # per-sample detail budget, percent (None: the loaders' default)
+    full_detail: bool = False  # per-sample/per-op records for every batch
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the job
     cwd: str | os.PathLike | None = None
     capture: bool = False  # write the job's stdout/stderr to files in the trace dir instead of passing them on
@@ -120,6 +122,10 @@ def job_env(options: LaunchOptions, trace_dir: Path | None, base: dict[str, str]
                  _env.REPLAY,
                  _env.DATASET_FILES, _env.LOADER_ARGS):
         env.pop(name, None)
+    if options.full_detail:
+        env[_env.DETAIL] = "full"
+    if options.detail_budget_pct is not None:
+        env[_env.DETAIL_BUDGET] = repr(float(options.detail_budget_pct))
     if options.loader_args:
         import json
 

@@ -61,7 +61,19 @@ def _r(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def _ops(state: LiveState, rank: int, loader: int, lo: int, now: int, busy_ns: int) -> list[dict]:
+def _detail_share(fetch: np.ndarray, lo: int, now: int) -> float:
+    """Share of the fetch time ending in the window that detail batches took (1.0 without the flag)."""
+    f = fetch[(fetch["kind"] == S.EV_FETCH) & (_end(fetch) > lo) & (_end(fetch) <= now)]
+    flagged = (f["arg"] > 0) & ((f["arg"] & S.FETCH_DETAIL) != 0)
+    total = float(f["dur"].sum())
+    if not flagged.any() or total <= 0:
+        return 1.0
+    return max(float(f["dur"][flagged].sum()) / total, 1e-6)
+
+
+def _ops(state: LiveState, rank: int, loader: int, lo: int, now: int, busy_ns: int, share: float = 1.0) -> list[dict]:
+    """The window's ops by total time. ``share``: the share of the window's fetch time in detail batches (per-op
+    records exist for those only: calls and totals are scaled to all batches, means are as measured)."""
     out = []
     first_sec, last_sec = lo // SEC, now // SEC
     for (r, ld, name), buckets in state.ops.items():
@@ -73,9 +85,9 @@ def _ops(state: LiveState, rank: int, loader: int, lo: int, now: int, busy_ns: i
                 total += t
                 calls += n
         if calls:
-            out.append({"name": name, "total_ms": _r(total / 1e6, 3), "calls": calls,
+            out.append({"name": name, "total_ms": _r(total / share / 1e6, 3), "calls": round(calls / share),
                         "mean_ms": _r(total / calls / 1e6, 4),
-                        "share_of_fetch": _r(total / busy_ns) if busy_ns > 0 else None})
+                        "share_of_fetch": _r(total / share / busy_ns) if busy_ns > 0 else None})
     out.sort(key=lambda d: -d["total_ms"])
     return out[:TOP_OPS]
 
@@ -146,7 +158,7 @@ def _loader(state: LiveState, rows: np.ndarray, key: tuple[int, int], now: int, 
             "batches_per_s": _r(len(fin) / (span / SEC), 3) if span > 0 else None,
             "mean_fetch_ms": _r(fin["dur"].mean() / 1e6, 3) if len(fin) else None,
         })
-    ops = _ops(state, rank, loader, lo, now, busy_total)
+    ops = _ops(state, rank, loader, lo, now, busy_total, _detail_share(fetch_done, lo, now))
     per_s = span / SEC
     return {
         "rank": rank,

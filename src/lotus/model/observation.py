@@ -146,6 +146,13 @@ def observe(run: RunTrace) -> Observation:
     t_sum, _ = per_batch("transform")
     zeros = np.zeros(len(b))
     load = l_sum if l_sum is not None else zeros
+    if l_sum is not None and "detail" in b:
+        # per-sample detail for a share of the batches (the detail budget): the others' load time is
+        # estimated at the detail batches' load per sample (their items fall back to prep - collate below)
+        det = b["detail"].to_numpy(dtype=bool, na_value=False) & (_l_cnt > 0)
+        n_det = float(np.nansum(n[det & have]))
+        if det.any() and not det[have].all() and n_det > 0:
+            load = np.where(det, load, float(np.nansum(load[det & have])) / n_det * n)
     items = load + (t_sum if t_sum is not None else zeros)
     if s_sum is not None:
         items = np.where(s_cnt > 0, s_sum, items)

@@ -18,6 +18,7 @@ _LAZY = {
     "consumed_only": "lotus.trace.batches",
     "ok_batches": "lotus.trace.batches",
     "fetch_outcomes": "lotus.trace.batches",
+    "detail_share": "lotus.trace.batches",
     "outcome_summary": "lotus.trace.batches",
     "BATCH_COLUMNS": "lotus.trace.batches",
     "find_runs": "lotus.trace.discover",

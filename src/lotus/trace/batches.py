@@ -42,6 +42,8 @@ consumed_ns         handed to the training loop
 step_dur_ns         loop held it until asking for the next batch (the "step")
 delay_ns            consumed_ns - prep_end_ns: ready but not yet used
 queue_ns            arrive_ns - prep_end_ns: in flight from worker to main
+detail              the batch carries per-sample/per-op records (a detail batch: format >= 2 flags
+                    it on its fetch; earlier traces: every batch with per-sample events)
 =================== =========================================================================
 """
 
@@ -78,7 +80,7 @@ BATCH_COLUMNS = [
     *KEY, "worker_id", "worker_pid", "dispatch_ns", "dispatch_worker", "prep_start_ns", "prep_dur_ns",
     "prep_end_ns", "n_samples", "collate_dur_ns", "put_dur_ns", "failed", "status", "arrive_ns", "pin_start_ns",
     "pin_dur_ns", "wait_start_ns", "wait_dur_ns", "buffered", "consumed_ns", "step_dur_ns", "delay_ns",
-    "queue_ns", "gpu_wait_ns", "gpu_step_ns",
+    "queue_ns", "gpu_wait_ns", "gpu_step_ns", "detail",
 ]
 STATUSES = ["ok", "failed"]
 OUTCOME_COLUMNS = [*KEY, "worker_id", "pid", "outcome", "start_ns", "dur_ns"]
@@ -129,6 +131,7 @@ def batches_from_events(events):
     if not frames:
         out = pd.DataFrame({c: pd.Series(dtype="Int64") for c in BATCH_COLUMNS})
         out["failed"] = out["failed"].astype(bool)
+        out["detail"] = out["detail"].astype(bool)
         out["status"] = pd.Categorical([], categories=STATUSES)
         out.attrs.update(events.attrs)
         out.attrs.update(exhausted=0, exhausted_by_worker={}, dispatched_without_batch=0)
@@ -168,6 +171,10 @@ def batches_from_events(events):
         out[c] = v.where(ok.fillna(1) != 0)
     # worker_id of batches seen only from the main side: the worker it was dispatched to
     out["worker_id"] = out["worker_id"].fillna(out["dispatch_worker"])
+    # a detail batch carries per-sample/per-op records: flagged by its fetch (format >= 2), or any batch
+    # with per-sample events (earlier formats, original logs: every batch)
+    has_samples = (col("_n_sample").fillna(0) > 0) | (col("_n_load").fillna(0) > 0)
+    out["detail"] = (((flags.fillna(0).clip(lower=0) & S.FETCH_DETAIL) != 0) | has_samples).astype(bool)
     out = out.sort_values(KEY, ignore_index=True)
     out.attrs.update(events.attrs)
     out.attrs.update(df.attrs)
@@ -284,5 +291,23 @@ def outcome_summary(batches) -> dict:
             "dispatched_without_batch": int(a.get("dispatched_without_batch", 0))}
 
 
+def detail_share(events) -> float:
+    """Pure function: the share of successful fetches of ``events`` that are detail batches (carry
+    per-sample/per-op records). 1.0 for traces without the flag (earlier formats, original logs: every
+    batch was recorded in full) and for traces without fetches."""
+    name_cat = events["name"].array
+    code = {str(c): i for i, c in enumerate(name_cat.categories)}.get("fetch")
+    if code is None:
+        return 1.0
+    mask = (np.asarray(name_cat.codes) == code) & (events["batch_id"].to_numpy() >= 0)
+    arg = events["arg"].to_numpy()[mask]
+    ok = (arg < 0) | ((arg & S.FETCH_ERROR) == 0)
+    flagged = (arg > 0) & ((arg & S.FETCH_DETAIL) != 0)
+    if not ok.any() or not flagged.any():
+        return 1.0
+    return float(flagged[ok].sum()) / float(ok.sum())
+
+
 __all__ = ["BATCH_COLUMNS", "KEY", "OUTCOME_COLUMNS", "STATUSES", "batches_from_events", "consumed_only",
+           "detail_share",
            "failed_mask", "fetch_outcomes", "load_batches", "ok_batches", "outcome_summary", "worker_label"]

@@ -35,7 +35,7 @@ import numpy as np
 from lotus.errors import InputError
 from lotus.trace import schema as S
 from lotus.trace.discover import Run, find_run
-from lotus.trace.native import RECORD_DTYPE, read_header
+from lotus.trace.native import RECORD_DTYPE, derive_sample_spans, read_header
 from lotus.trace.original import PLACEHOLDER_WAIT_NS, read_original_log, release_freed_memory
 
 _log = logging.getLogger("lotus.trace")
@@ -165,6 +165,7 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
     n_events = 0
     n_legacy = 0
     role = header.get("role", "main")
+    derive = int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE
     consts = {"pid": int(header.get("pid", -1)), "role": _ROLES.index(role) if role in _ROLES else 0,
               "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0))}
     with open(path, "rb") as f:
@@ -196,6 +197,9 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
                         name += " (op)"  # a user op named like a built-in event
                     lut[key[1]] = acc.code(name, S.OP_CAT)
                 arr = arr[~ctrl_mask]
+                ids = arr["name_id"]
+            if derive:  # version >= 2: load/transform spans are derived from sample and op records
+                arr = derive_sample_spans(arr)
                 ids = arr["name_id"]
             code = lut[ids]
             if (code < 0).any():
@@ -229,7 +233,8 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
     acc.files.append({"path": str(path), "format": "lotus", "role": role, "pid": header.get("pid"),
                       "rank": header.get("rank", 0), "worker_id": header.get("worker_id", -1),
                       "events": n_events, "clean_close": clean, "loaders": loaders,
-                      "world_size": header.get("world_size", 1),
+                      "world_size": header.get("world_size", 1), "version": int(header.get("version", 1)),
+                      "detail_budget_pct": header.get("detail_budget_pct"),
                       "hostname": header.get("hostname"), "torch_version": header.get("torch_version")})
     if n_legacy:
         _log.info("%s: %d 'fetch' events flagged FETCH_STOP (written by lotus <= 0.1) read as 'exhausted'",

@@ -103,8 +103,10 @@ def read_trace_file(path: str | os.PathLike) -> TraceFile:
     arr = np.fromfile(p, dtype=RECORD_DTYPE, count=n, offset=offset) if n else np.empty(0, RECORD_DTYPE)
     ids = arr["name_id"]
     is_event = ids >= 0
-    tf = TraceFile(path=p, header=header, records=arr[is_event] if not is_event.all() else arr,
-                   truncated_bytes=truncated)
+    events = arr[is_event] if not is_event.all() else arr
+    if int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE:
+        events = derive_sample_spans(events)
+    tf = TraceFile(path=p, header=header, records=events, truncated_bytes=truncated)
     if not is_event.all():
         ctrl = arr[~is_event]
         defines = _decode_defines(ctrl[ctrl["name_id"] == S.CTRL_DEFINE])
@@ -126,3 +128,44 @@ def read_trace_file(path: str | os.PathLike) -> TraceFile:
             tf.clean_close = True
             tf.end_wall_ns = int(ends[-1]["arg"])
     return tf
+
+
+def derive_sample_spans(arr: np.ndarray) -> np.ndarray:
+    """Records of a version >= 2 file (events only, file order) as earlier versions wrote them: each
+    ``sample`` record preceded by its ``load`` (the item's start to its first transform: the sample's
+    ``arg``; the whole item when ``arg`` is -1) and, when a transform ran, its ``transform`` (the first
+    transform's start to the end of the item's last op record, which lies between the previous
+    ``sample`` record and this one with the same batch and sample index). The sample's ``arg`` becomes 0.
+    Pure; a new array."""
+    ids = arr["name_id"]
+    sp = np.flatnonzero(ids == S.EV_SAMPLE)
+    if sp.size == 0:
+        return arr
+    start = arr["start_ns"][sp]
+    load = arr["arg"][sp]
+    has_tf = load >= 0
+    tf_start = start + np.where(has_tf, load, 0)
+    tf_end = tf_start.copy()
+    ops = np.flatnonzero(ids >= S.FIRST_DYNAMIC_ID)
+    if ops.size:
+        tgt = np.searchsorted(sp, ops)  # the first sample record after each op record
+        ok = tgt < sp.size
+        ops, tgt = ops[ok], tgt[ok]
+        same = (arr["batch_id"][ops] == arr["batch_id"][sp[tgt]]) & (arr["sample"][ops] == arr["sample"][sp[tgt]])
+        ops, tgt = ops[same], tgt[same]
+        np.maximum.at(tf_end, tgt, arr["start_ns"][ops] + arr["dur_ns"][ops])
+    counts = np.ones(len(arr), np.int64)
+    counts[sp] += 1 + has_tf
+    out = np.repeat(arr, counts)
+    s_pos = (np.cumsum(counts) - 1)[sp]
+    load_pos = s_pos - 1 - has_tf
+    out["name_id"][load_pos] = S.EV_LOAD
+    out["dur_ns"][load_pos] = np.where(has_tf, load, arr["dur_ns"][sp])
+    out["arg"][load_pos] = 0
+    t_pos = s_pos[has_tf] - 1
+    out["name_id"][t_pos] = S.EV_TRANSFORM
+    out["start_ns"][t_pos] = tf_start[has_tf]
+    out["dur_ns"][t_pos] = (tf_end - tf_start)[has_tf]
+    out["arg"][t_pos] = 0
+    out["arg"][s_pos] = 0
+    return out

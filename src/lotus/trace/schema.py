@@ -1,4 +1,4 @@
-"""The lotus trace format, version 1: the contract between the loader and the analysis.
+"""The lotus trace format, version 2: the contract between the loader and the analysis.
 
 Documented for humans in docs/trace-format.md; this module is the single source of the numbers.
 No numpy/pandas here: worker processes import it on their hot path.
@@ -22,11 +22,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: per-sample detail by budget (fetch FETCH_DETAIL), one `sample` record per item
 MAGIC = b"LOTUSTR1"
 PREAMBLE = struct.Struct("<8sII")
 RECORD = struct.Struct("<hhiqqqqq")
 RECORD_SIZE = RECORD.size  # 48
+PACK2 = struct.Struct("<" + RECORD.format.lstrip("<") * 2).pack  # two records in one append
+PACK3 = struct.Struct("<" + RECORD.format.lstrip("<") * 3).pack
 PAYLOAD_BYTES = 40  # bytes of a control record after name_id/loader/epoch
 FILE_SUFFIX = ".lotustrace"
 
@@ -60,6 +62,10 @@ WAIT_BUFFERED = 1  # the batch had already arrived (out of order) when the loop 
 # arg bit flags of the `fetch` event
 FETCH_ERROR = 1  # the worker raised; the exception went to the main process
 FETCH_STOP = 2  # IterableDataset exhausted (files of lotus <= 0.1; now an `exhausted` event)
+FETCH_DETAIL = 4  # version >= 2: the batch carries per-sample/per-op records (a detail batch)
+# version >= 2: `sample` arg = load time of the item in ns (its start to its first transform); -1 when no
+# transform ran. `load` and `transform` are not written: the readers derive them (see docs/trace-format.md)
+DERIVED_FROM_SAMPLE = 2  # first format version whose files carry no load/transform records
 # arg of the `epoch_end` event: how the epoch ended
 EPOCH_EXHAUSTED = 0  # the iterator ran out (the whole epoch was consumed)
 EPOCH_ABANDONED = 1  # the iterator was dropped first (loop break, garbage-collected iterator, deleted loader)
@@ -161,6 +167,8 @@ HEADER_KEYS = {
     "lotus_version": "version of lotus that wrote the file",
     "torch_version": "torch version, when torch is imported",
     "builtin_events": "{id: name} of the built-in events of this version",
+    "detail_budget_pct": "worker files (version >= 2): the per-sample detail budget in percent of the "
+                         "pipeline's CPU; null: every batch in detail",
     "main_pid": "worker files: the pid of the process whose DataLoader started the worker (readers tell the "
                 "loaders of several processes of one rank apart by it)",
 }

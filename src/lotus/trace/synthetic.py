@@ -35,6 +35,10 @@ from lotus.trace.simulated import (
 _MONO_OFFSET_NS = 1_690_000_000_000_000_000  # wall - monotonic of the simulated host
 
 
+# Synthetic files are written in the layout of format 1 (per item: load, transform and sample records,
+# every batch in full detail), and say so: the readers read them as the files lotus <= 0.2 wrote.
+LAYOUT_VERSION = 1
+
 def _records(n: int) -> np.ndarray:
     rec = np.zeros(n, S.RECORD_DTYPE)
     rec["batch_id"] = -1
@@ -59,7 +63,7 @@ def _interleave(*cols: np.ndarray) -> np.ndarray:
 
 def _header(role: str, pid: int, rank: int, world: int, worker_id: int, anchor_wall: int) -> bytes:
     header = {
-        "format": "lotus-trace", "version": S.FORMAT_VERSION, "role": role, "pid": pid, "rank": rank,
+        "format": "lotus-trace", "version": LAYOUT_VERSION, "role": role, "pid": pid, "rank": rank,
         "world_size": world, "worker_id": worker_id, "hostname": "synthetic", "boot_id": "synthetic-boot",
         "anchor_wall_ns": int(anchor_wall), "anchor_mono_ns": int(anchor_wall - _MONO_OFFSET_NS),
         "clock": "monotonic", "lotus_version": "synthetic", "torch_version": None, "argv": ["synthetic"],

@@ -1,0 +1,97 @@
+"""Which batches carry per-sample and per-op records: the detail budget.
+
+Every batch's own records (dispatch, fetch, collate, put, wait, consumption...) are always written. The
+per-sample ``sample`` record and the per-op records are written for *detail batches* only, chosen
+per whole batch when it starts (:meth:`DetailBudget.choose`, called once per batch by
+:meth:`lotus.dataloader.recorder.Recorder.begin_batch`): any other batch runs the plain, untimed path
+(the original ``Compose`` loop, no per-sample record, no clock read per sample or op).
+
+The choice keeps the tracer's added CPU within ``fraction`` of the pipeline's own work, measured as it
+runs: every batch adds ``fraction * prep_ns`` (its preparation time, always recorded) to a credit, a
+detail batch takes its estimated cost off it (:data:`SAMPLE_COST_NS` per sample record,
+:data:`OP_COST_NS` per op record, plus :data:`RELATIVE_COST` of its work: the caches the tracer's code
+and buffers evict between pixel-heavy ops, measured by ``benchmarks/overhead_pairs.py``), and a batch
+is in detail while the credit is not negative. The first :data:`FIRST_DETAIL_BATCHES` batches of every
+epoch on every worker (and of the main process with num_workers=0) are always in detail, so each epoch
+and worker is covered, and a pipeline whose cost is not known yet (its first batch) is recorded in full.
+
+One instance per recorder (a worker process, or a main-process iterator): no locking, no allocation.
+"""
+
+from __future__ import annotations
+
+FIRST_DETAIL_BATCHES = 1  # batches at the start of each epoch, per worker, always in detail
+SAMPLE_COST_NS = 1_500  # tracer CPU per detail sample: its proxy/subclass call and one record
+OP_COST_NS = 800  # tracer CPU per op record: two clock reads and an append
+RELATIVE_COST = 0.02  # tracer CPU per ns of a detail batch's work (cache effects; see docs/overhead.md)
+DEFAULT_BUDGET_PCT = 0.5
+
+
+class DetailBudget:
+    """Per-batch detail choice within a CPU budget (``fraction`` of the work; None: every batch)."""
+
+    __slots__ = ("credit_ns", "detail", "epoch", "first_left", "fraction", "nrec0", "nsamp0")
+
+    def __init__(self, fraction: float | None):
+        self.fraction = fraction
+        self.credit_ns = 0.0
+        self.epoch = None
+        self.first_left = 0
+        self.detail = True
+        self.nrec0 = 0
+        self.nsamp0 = 0
+
+    def choose(self, epoch: int, nrec: int, nsamp: int) -> bool:
+        """Whether the batch starting now records per-sample/per-op detail."""
+        if self.fraction is None:
+            return True
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.first_left = FIRST_DETAIL_BATCHES
+        self.nrec0 = nrec
+        self.nsamp0 = nsamp
+        if self.first_left > 0:
+            self.first_left -= 1
+            self.detail = True
+        else:
+            self.detail = self.credit_ns >= 0.0
+        return self.detail
+
+    def done(self, prep_ns: int, nrec: int, nsamp: int) -> None:
+        """The batch ended after ``prep_ns`` of work; ``nrec``/``nsamp``: op/sample records so far."""
+        if self.fraction is None:
+            return
+        credit = self.credit_ns + self.fraction * prep_ns
+        if self.detail:
+            credit -= ((nsamp - self.nsamp0) * SAMPLE_COST_NS + (nrec - self.nrec0) * OP_COST_NS
+                       + RELATIVE_COST * prep_ns)
+        self.credit_ns = credit
+
+
+def budget_fraction(detail, budget_pct) -> float | None:
+    """The budget as a fraction of the work (None: full detail) from the DataLoader keywords
+    ``trace_detail`` ("budget" or "full") and ``trace_budget_pct`` (percent, > 0); ValueError naming the
+    keyword (or environment variable) otherwise."""
+    import math
+    import os
+
+    from lotus import _env
+
+    where = "trace_detail"
+    if detail is None:
+        detail, where = os.environ.get(_env.DETAIL, "").strip() or "budget", _env.DETAIL
+    if detail not in ("budget", "full"):
+        raise ValueError(f"{where} must be 'budget' or 'full', got {detail!r}")
+    if detail == "full":
+        return None
+    where = "trace_budget_pct"
+    if budget_pct is None:
+        text = os.environ.get(_env.DETAIL_BUDGET, "").strip()
+        budget_pct, where = (text, _env.DETAIL_BUDGET) if text else (DEFAULT_BUDGET_PCT, where)
+    try:
+        value = float(budget_pct)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} must be a number of percent > 0, got {budget_pct!r}") from None
+    if isinstance(budget_pct, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{where} must be a number of percent > 0, got {budget_pct!r}")
+    return value / 100.0

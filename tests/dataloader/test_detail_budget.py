@@ -1,0 +1,183 @@
+"""Per-sample/per-op detail by a CPU budget (issue 16): every batch exact, detail for whole batches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchvision import transforms as T
+
+from lotus.dataloader import DataLoader
+from lotus.dataloader import budget as B
+from lotus.trace import load_batches, load_events
+from lotus.trace import schema as S
+
+
+def _double(x):
+    return x * 2
+
+
+class _Cheap(torch.utils.data.Dataset):
+    """Samples of a few microseconds: the budget leaves most batches without detail."""
+
+    def __init__(self, n: int = 480):
+        self.n = n
+        self.transform = T.Compose([T.Lambda(_double), T.Lambda(torch.neg)])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        return self.transform(torch.full((4,), float(i)))
+
+
+def _run(tmp_path, epochs: int = 2, **kw):
+    loader = DataLoader(_Cheap(), batch_size=8, trace_dir=tmp_path, **kw)
+    out = [[b.clone() for b in loader] for _ in range(epochs)]
+    return out, load_events(tmp_path), load_batches(tmp_path)
+
+
+@pytest.mark.detail_budget
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_budget_keeps_every_batch_and_details_whole_batches(tmp_path, workers):
+    got, events, batches = _run(tmp_path, num_workers=workers,
+                                **({"multiprocessing_context": "fork", "persistent_workers": True} if workers else {}))
+    expected = list(torch.utils.data.DataLoader(_Cheap(), batch_size=8))
+    for epoch in got:
+        assert all(torch.equal(a, b) for a, b in zip(epoch, expected, strict=True))
+    # every batch exact: fetch, collate, wait and consumption of each of the 2 x 60 batches
+    assert len(batches) == 120
+    for col in ("prep_dur_ns", "collate_dur_ns", "wait_dur_ns", "consumed_ns", "n_samples"):
+        assert batches[col].notna().all(), col
+    assert (batches["n_samples"] == 8).all()
+    # detail for a share of whole batches; the flag says which
+    detail = batches[batches["detail"]]
+    assert 0 < len(detail) < len(batches)
+    samples = events[events["name"] == "sample"]
+    per_batch = samples.groupby(["epoch", "batch_id"]).size()
+    assert set(per_batch.index) == set(zip(detail["epoch"], detail["batch_id"], strict=True))
+    assert (per_batch == 8).all()
+    for name in ("load", "transform", "Lambda", "Lambda#2"):
+        assert (events["name"] == name).sum() == len(samples), name
+    # the first batch of every epoch on every worker is in detail
+    for (_epoch, _worker), g in batches.groupby(["epoch", "worker_id"]):
+        assert g.sort_values("prep_start_ns")["detail"].iloc[0]
+    fetch = events[events["name"] == "fetch"]
+    assert ((fetch["arg"] & S.FETCH_DETAIL) != 0).sum() == len(detail)
+    desc = next(f["loaders"] for f in events.attrs["files"] if f["role"] == "main")
+    assert next(iter(desc.values()))["detail_budget_pct"] == pytest.approx(0.5)
+
+
+@pytest.mark.timeout(120)
+def test_full_detail_records_every_batch(tmp_path):
+    _, events, batches = _run(tmp_path, epochs=1, num_workers=0, trace_detail="full")
+    assert batches["detail"].all() and len(batches) == 60
+    assert (events["name"] == "sample").sum() == 480
+    desc = next(iter(events.attrs["files"][0]["loaders"].values()))
+    assert desc["detail"] == "full" and desc["detail_budget_pct"] is None
+
+
+@pytest.mark.detail_budget
+@pytest.mark.timeout(120)
+def test_a_large_budget_details_every_batch(tmp_path):
+    _, _, batches = _run(tmp_path, epochs=1, num_workers=0, trace_budget_pct=10_000)
+    assert batches["detail"].all()
+
+
+@pytest.mark.parametrize("kw, where", [
+    ({"trace_budget_pct": 0}, "trace_budget_pct"), ({"trace_budget_pct": -1}, "trace_budget_pct"),
+    ({"trace_budget_pct": "abc"}, "trace_budget_pct"), ({"trace_budget_pct": float("nan")}, "trace_budget_pct"),
+    ({"trace_budget_pct": True}, "trace_budget_pct"), ({"trace_detail": "some"}, "trace_detail"),
+])
+def test_bad_budget_is_a_value_error_naming_the_option(tmp_path, kw, where):
+    with pytest.raises(ValueError, match=where):
+        DataLoader(_Cheap(), trace_dir=tmp_path, **{"trace_detail": "budget", **kw})
+
+
+@pytest.mark.detail_budget
+def test_bad_budget_in_the_environment_names_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOTUS_DETAIL_BUDGET_PCT", "0")
+    with pytest.raises(ValueError, match="LOTUS_DETAIL_BUDGET_PCT"):
+        DataLoader(_Cheap(), trace_dir=tmp_path)
+    DataLoader(_Cheap())  # untraced: nothing to check, torch's behaviour
+
+
+def test_budget_share_follows_work_and_cost():
+    # 1 ms of work per batch of 8 samples with 3 ops each: a detail batch costs
+    # 8 * SAMPLE_COST + 24 * OP_COST + RELATIVE_COST * 1 ms; the credit grows by 0.5% of 1 ms per batch
+    b = B.DetailBudget(0.005)
+    nrec = nsamp = 0
+    details = []
+    for _ in range(4000):
+        d = b.choose(epoch=0, nrec=nrec, nsamp=nsamp)
+        details.append(d)
+        if d:
+            nrec += 24
+            nsamp += 8
+        b.done(1_000_000, nrec, nsamp)
+    cost = 8 * B.SAMPLE_COST_NS + 24 * B.OP_COST_NS + B.RELATIVE_COST * 1_000_000
+    expected = 0.005 * 1_000_000 / cost
+    assert details[0]  # the first batch of the epoch
+    assert sum(details) / len(details) == pytest.approx(expected, rel=0.05)
+    assert B.DetailBudget(None).choose(0, 0, 0)  # full detail
+
+
+def test_first_batches_of_every_epoch_are_in_detail():
+    b = B.DetailBudget(1e-9)  # a budget that pays for nothing
+    for epoch in range(3):
+        assert [b.choose(epoch, 0, 0) or b.done(10**6, 5, 5) for _ in range(5)][:B.FIRST_DETAIL_BATCHES] == [
+            True] * B.FIRST_DETAIL_BATCHES
+
+
+@pytest.mark.detail_budget
+@pytest.mark.timeout(120)
+def test_analyses_estimate_per_op_figures_from_the_detail_batches(tmp_path):
+    from lotus.analysis import op_stats, op_totals_s, verdict
+    from lotus.analysis.diagnosis import slowest_ops
+    from lotus.trace import detail_share
+
+    # two epochs: at least two detail batches (the first of each), whatever the machine's speed
+    _, events, batches = _run(tmp_path / "budget", epochs=2, num_workers=0, trace_budget_pct=2)
+    share = detail_share(events)
+    assert share == pytest.approx(batches["detail"].mean()) and 0 < share < 1
+    ops = op_stats(events)
+    n_detail = int((events["name"] == "sample").sum())
+    for name in ("load", "Lambda", "sample"):
+        st = ops[name]
+        assert st["count_sampled"] == n_detail and st["sampled_share"] == share
+        assert st["count"] == round(n_detail / share)  # scaled to every batch
+        lo, hi = st["mean_ci95"]
+        assert lo <= st["mean"] <= hi
+    assert ops["collate"]["count"] == 120 and "sampled_share" not in ops["collate"]  # per batch: exact
+    total = op_totals_s(events)["Lambda"]
+    measured = float(events.loc[events["name"] == "Lambda", "dur_ns"].sum()) / 1e9
+    assert total == pytest.approx(measured / share)
+    rows = {r["name"]: r for r in slowest_ops(events, batches)}
+    assert rows["Lambda"]["sampled_share"] == share and rows["Lambda"]["calls_sampled"] == n_detail
+    assert rows["Lambda"]["calls"] == round(n_detail / share) and "sampled_share" not in rows["collate"]
+    assert verdict(events, batches)["slowest_op"]["name"] in rows
+
+    _, full_events, _ = _run(tmp_path / "full", epochs=1, num_workers=0, trace_detail="full")
+    full = op_stats(full_events)
+    assert "sampled_share" not in full["Lambda"] and full["Lambda"]["count"] == 480
+
+
+class _SeesItsClass(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 160
+
+    def __getitem__(self, i):
+        return torch.tensor([float(type(self) is _SeesItsClass)])
+
+
+@pytest.mark.detail_budget
+@pytest.mark.timeout(120)
+def test_workers_run_the_users_class_in_batches_without_detail(tmp_path):
+    loader = DataLoader(_SeesItsClass(), batch_size=4, num_workers=2, trace_dir=tmp_path,
+                        multiprocessing_context="fork")
+    seen = [float(b.min()) for b in loader]
+    batches = load_batches(tmp_path).sort_values("batch_id")
+    detail = batches["detail"].to_numpy()
+    assert detail.any() and not detail.all()
+    assert [s for s, d in zip(seen, detail, strict=True) if not d] == [1.0] * int((~detail).sum())
+    assert all(s == 0.0 for s, d in zip(seen, detail, strict=True) if d)  # the timed subclass
