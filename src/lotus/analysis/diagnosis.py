@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from lotus.analysis.stats import op_durations, prepared
+from lotus.analysis.stats import op_durations, op_engine, op_table, prepared
 from lotus.analysis.wait import wait_stats
 from lotus.trace.batches import ok_batches, outcome_summary, worker_label
 
@@ -114,11 +114,14 @@ def slowest_ops(events, batches) -> list[dict]:
     """Parts of preprocessing by total time (largest first): name, calls, mean ms, total s, share."""
     prep_total = float(prepared(batches)["prep_dur_ns"].sum(skipna=True) or 0)
     rows = []
-    for name, d in op_durations(events).items():
-        if name in _NOT_OPS or d.size == 0:
+    if op_engine(events) is not None:  # a scanned run: counts and sums from the engine (exact)
+        sizes = {n: (t["count"], t.get("sum_ns", 0.0)) for n, t in op_table(events).items()}
+    else:
+        sizes = {n: (d.size, float(d.sum()) if d.size else 0.0) for n, d in op_durations(events).items()}
+    for name, (calls, total) in sizes.items():
+        if name in _NOT_OPS or calls == 0:
             continue
-        total = float(d.sum())
-        rows.append({"name": name, "calls": int(d.size), "mean_ms": total / d.size / 1e6, "total_s": total / 1e9,
+        rows.append({"name": name, "calls": int(calls), "mean_ms": total / calls / 1e6, "total_s": total / 1e9,
                      "share_of_preprocessing": total / prep_total if prep_total else None})
     return sorted(rows, key=lambda r: -r["total_s"])
 

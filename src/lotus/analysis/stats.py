@@ -90,9 +90,25 @@ def preprocessing_stats(batches, *, remove_outliers: bool = False, by: str | Non
             for k, g in b.groupby(by, sort=True)}
 
 
+def op_engine(events):
+    """The out-of-core engine of a scanned run (:mod:`lotus.trace.scan`), or None for full events."""
+    return getattr(events, "attrs", {}).get("op_engine")
+
+
+def _excluded_keys(events, exclude):
+    import pandas as pd
+
+    from lotus.trace.batches import fetch_outcomes
+
+    drop = [d[KEY] for d in (fetch_outcomes(events), exclude) if d is not None and len(d)]
+    return pd.concat(drop, ignore_index=True) if drop else None
+
+
 def op_names(events) -> list[str]:
     """Ops present in ``events``, in pipeline order: load, transform ops (by first occurrence), transform,
     sample, collate."""
+    if op_engine(events) is not None:
+        return op_engine(events).op_order()
     cat = events["name"].array
     codes = np.asarray(cat.codes)
     if codes.size == 0:
@@ -146,13 +162,34 @@ def _rows_of_batches(events, batches) -> np.ndarray:
     return mask
 
 
+def op_table(events, *, exclude=None) -> dict[str, dict]:
+    """Per op (pipeline order): count, sum_ns, mean_ns... from the engine of a scanned run (quantiles
+    approximate: see :mod:`lotus.trace.scan`)."""
+    return op_engine(events).op_table(_excluded_keys(events, exclude))
+
+
+def _describe_table(t: dict) -> dict:
+    if not t.get("count"):
+        return describe_ms([])
+    d = {"count": t["count"], "sum": t["sum_ns"] / 1e6, "mean": t["mean_ns"] / 1e6, "std": t["std_ns"] / 1e6}
+    d["std_pct"] = d["std"] / d["mean"] * 100 if d["mean"] else None
+    d.update(min=t["min_ns"] / 1e6, max=t["max_ns"] / 1e6, median=t["median_ns"] / 1e6, p25=t["p25_ns"] / 1e6,
+             p75=t["p75_ns"] / 1e6)
+    d.update(iqr=d["p75"] - d["p25"], p90=t["p90_ns"] / 1e6, p99=t["p99_ns"] / 1e6)
+    return {k: d[k] for k in STAT_KEYS}
+
+
 def op_stats(events, *, exclude=None) -> dict[str, dict]:
     """Statistics (ms per call) of every op, in pipeline order (see the module doc)."""
+    if op_engine(events) is not None:
+        return {n: _describe_table(t) for n, t in op_table(events, exclude=exclude).items()}
     return {n: describe_ms(d) for n, d in op_durations(events, exclude=exclude).items()}
 
 
 def op_totals_s(events) -> dict[str, float]:
     """CPU seconds spent in each op (sum of durations), pipeline order."""
+    if op_engine(events) is not None:
+        return {n: t.get("sum_ns", 0.0) / 1e9 for n, t in op_table(events).items()}
     return {n: float(d.sum()) / 1e9 for n, d in op_durations(events).items()}
 
 

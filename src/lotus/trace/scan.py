@@ -1,0 +1,473 @@
+"""The out-of-core engine: a run read in fixed-size chunks, in memory bounded by its batches, not its events.
+
+``scan_run(run)`` reads every ``.lotustrace`` file of a run in chunks of :data:`CHUNK_RECORDS` records
+(numpy, at memory speed) and keeps:
+
+* every event that is *not* per-sample detail (``sample``, ``load``, ``transform`` and the op events
+  are left out) as an events DataFrame with the columns of :func:`lotus.trace.load_events`: the batch
+  table, waits, GPU events and verdicts are computed from it exactly as from the full events;
+* per-sample event counts per batch key (the ``n_samples`` fallback of batches without a collate);
+* per op (``load``, every transform op, ``transform``, ``sample``, ``collate``): count, sum, variance
+  (Chan's merge of per-chunk moments), exact min and max, and a log-histogram of durations
+  (:data:`BINS_PER_OCTAVE` bins per power of two) for the quantiles.
+
+Exact vs approximate (see docs/analysis.md, "Large traces"): counts, sums, means, min and max are
+exact; std agrees with numpy's to ~1e-12; the quantiles (median, p25, p75, p90, p99) are read off the
+histogram, within 0.04% of numpy's (linear interpolation between neighbouring ranks, each rank's value
+being its bin's geometric centre, clipped to [min, max]). Durations <= 0 fall in one bin valued 0.
+
+Excluding batches (failed or exhausted fetches, ``--remove-outliers``) needs a second scan, made only
+when there is something to exclude (:meth:`OpEngine.op_table`).
+
+The per-sample events are attached as ``events.attrs["op_engine"]`` (an :class:`OpEngine`);
+:func:`lotus.analysis.stats.op_durations` and its users read per-op statistics from it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lotus.errors import InputError
+from lotus.trace import schema as S
+from lotus.trace.discover import Run
+from lotus.trace.native import RECORD_DTYPE, read_header
+
+_log = logging.getLogger("lotus.trace")
+CHUNK_RECORDS = 1 << 20
+BINS_PER_OCTAVE = 1024
+N_BINS = 64 * BINS_PER_OCTAVE + 2  # bin 0: durations <= 0; bin 1 + floor(log2(d) * K) otherwise
+PER_SAMPLE_IDS = (S.EV_SAMPLE, S.EV_LOAD, S.EV_TRANSFORM)
+OP_BUILTINS = ("load", "transform", "sample", "collate")
+_ROLES = ["main", "worker"]
+
+
+@dataclass
+class _Moments:
+    """Running per-op aggregates over chunks (slot-indexed arrays)."""
+
+    n: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    total: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mean: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    m2: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    lo: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    hi: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    hist: np.ndarray = field(default_factory=lambda: np.zeros((0, N_BINS), np.int64))
+
+    def grow(self, slots: int) -> None:
+        k = slots - len(self.n)
+        if k <= 0:
+            return
+        self.n = np.concatenate([self.n, np.zeros(k, np.int64)])
+        self.total = np.concatenate([self.total, np.zeros(k)])
+        self.mean = np.concatenate([self.mean, np.zeros(k)])
+        self.m2 = np.concatenate([self.m2, np.zeros(k)])
+        self.lo = np.concatenate([self.lo, np.full(k, np.iinfo(np.int64).max)])
+        self.hi = np.concatenate([self.hi, np.full(k, np.iinfo(np.int64).min)])
+        self.hist = np.concatenate([self.hist, np.zeros((k, N_BINS), np.int64)])
+
+    def add(self, slot: np.ndarray, dur: np.ndarray, slots: int) -> None:
+        """Merge one chunk: ``slot`` (op slot of each event) and ``dur`` (int64 ns)."""
+        if not len(slot):
+            return
+        self.grow(slots)
+        d = dur.astype(np.float64)
+        n = np.bincount(slot, minlength=slots)
+        s = np.bincount(slot, weights=d, minlength=slots)
+        sq = np.bincount(slot, weights=d * d, minlength=slots)
+        has = n > 0
+        cm = np.where(has, s / np.maximum(n, 1), 0.0)
+        cm2 = np.maximum(sq - s * cm, 0.0)
+        tot = self.n + n
+        delta = cm - self.mean
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.mean = np.where(has, self.mean + delta * n / np.maximum(tot, 1), self.mean)
+            self.m2 = np.where(has, self.m2 + cm2 + delta * delta * self.n * n / np.maximum(tot, 1), self.m2)
+        self.n = tot
+        self.total = self.total + s
+        b = _bins(dur)
+        flat = slot.astype(np.int64) * N_BINS + b
+        chunk = np.bincount(flat, minlength=slots * N_BINS).reshape(slots, N_BINS)
+        self.hist += chunk
+        # exact min/max: only values in the run's extreme bins can be extremes, and only chunks with
+        # values there need a look
+        for k in np.flatnonzero(has).tolist():
+            nz = np.flatnonzero(self.hist[k])
+            lo_bin, hi_bin = int(nz[0]), int(nz[-1])
+            if chunk[k, lo_bin]:
+                self.lo[k] = min(self.lo[k], int(dur[flat == k * N_BINS + lo_bin].min()))
+            if chunk[k, hi_bin]:
+                self.hi[k] = max(self.hi[k], int(dur[flat == k * N_BINS + hi_bin].max()))
+
+
+def _bins(dur: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b = np.floor(np.log2(np.maximum(dur, 1).astype(np.float64)) * BINS_PER_OCTAVE).astype(np.int64) + 1
+    b[dur <= 0] = 0
+    return np.minimum(b, N_BINS - 1)
+
+
+def _bin_value(b: np.ndarray) -> np.ndarray:
+    """Geometric centre of bins (0 for bin 0)."""
+    b = np.asarray(b, np.float64)
+    return np.where(b <= 0, 0.0, np.exp2((b - 0.5) / BINS_PER_OCTAVE))
+
+
+def hist_quantiles(hist: np.ndarray, qs, lo: float, hi: float) -> list[float]:
+    """Quantiles (numpy's linear interpolation) of the values counted in ``hist``."""
+    n = int(hist.sum())
+    cum = np.cumsum(hist)
+    out = []
+    for q in qs:
+        r = q * (n - 1)
+        i0 = math.floor(r)
+        i1 = min(i0 + 1, n - 1)
+        b0, b1 = np.searchsorted(cum, [i0 + 1, i1 + 1])
+        v0, v1 = (float(np.clip(_bin_value(b), lo, hi)) for b in (b0, b1))
+        if i0 == 0:
+            v0 = lo
+        if i1 == n - 1:
+            v1 = hi
+        out.append(v0 + (v1 - v0) * (r - i0))
+    return out
+
+
+class OpEngine:
+    """Per-op statistics of one scanned run (see the module doc); survives DataFrame attrs copies."""
+
+    def __init__(self, paths: list[Path], offsets: dict, loader_offsets: dict, names: list[str],
+                 slot_codes: list[int], moments: _Moments, first: dict[int, int]):
+        self.paths, self.offsets, self.loader_offsets = paths, offsets, loader_offsets
+        self.names = names  # run-wide code -> name
+        self.slot_codes = slot_codes
+        self.moments = moments
+        self.first = first  # code -> first row index in file order (the events DataFrame's order)
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __eq__(self, other):  # attrs comparisons (pandas concat) must not fail
+        return self is other
+
+    __hash__ = object.__hash__
+
+    def op_order(self) -> list[str]:
+        """Ops present, in pipeline order: load, transform ops by first occurrence, transform, sample, collate."""
+        present = {self.names[c]: self.first[c] for c, k in zip(self.slot_codes, range(len(self.slot_codes)),
+                                                              strict=True) if self.moments.n[k] > 0}
+        ops = sorted((i, n) for n, i in present.items() if n not in OP_BUILTINS)
+        return ([n for n in ("load",) if n in present] + [n for _, n in ops]
+                + [n for n in ("transform", "sample", "collate") if n in present])
+
+    def op_table(self, exclude_keys=None) -> dict[str, dict]:
+        """``{op: {count, sum_ns, mean_ns, std_ns, min_ns, max_ns, p25_ns, median_ns, p75_ns, p90_ns,
+        p99_ns}}`` in pipeline order, without the events of the batch keys in ``exclude_keys`` (a frame
+        with the columns rank, loader, epoch, batch_id); a second scan when there are some."""
+        m = self.moments
+        if exclude_keys is not None and len(exclude_keys):
+            m = _rescan_ops(self, exclude_keys)
+        slot = {self.names[c]: k for k, c in enumerate(self.slot_codes)}
+        out = {}
+        for name in self.op_order():
+            k = slot[name]
+            n = int(m.n[k]) if k < len(m.n) else 0
+            if n == 0:
+                out[name] = {"count": 0}
+                continue
+            lo, hi = float(m.lo[k]), float(m.hi[k])
+            p25, med, p75, p90, p99 = hist_quantiles(m.hist[k], (0.25, 0.5, 0.75, 0.9, 0.99), lo, hi)
+            out[name] = {"count": n, "sum_ns": float(m.total[k]), "mean_ns": float(m.mean[k]),
+                         "std_ns": math.sqrt(max(float(m.m2[k]) / n, 0.0)), "min_ns": lo, "max_ns": hi,
+                         "p25_ns": p25, "median_ns": med, "p75_ns": p75, "p90_ns": p90, "p99_ns": p99}
+        return out
+
+
+@dataclass
+class _FileScan:
+    """State while scanning one file (name table and identity of its process)."""
+
+    lut: np.ndarray
+    consts: dict
+    shift: int
+    loader_offset: int
+
+
+def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=None):
+    """Yield ``(arr, code, fs)`` per chunk of event records of ``path`` (control records applied).
+
+    ``code_of(name, cat)`` registers a dynamic name and returns its run-wide code."""
+    header, offset = read_header(path)
+    size = path.stat().st_size
+    n = (size - offset) // S.RECORD_SIZE
+    if (size - offset) % S.RECORD_SIZE:
+        _log.warning("%s: record %d truncated (a crashed process?); dropped", path, n)
+    shift = offsets.get(header.get("boot_id", ""), int(header["anchor_wall_ns"]) - int(header["anchor_mono_ns"]))
+    lut = np.full(S.MAX_NAME_ID + 1, -1, np.int32)
+    for e in S.BUILTIN_EVENTS:
+        lut[e.id] = e.id
+    role = header.get("role", "main")
+    fs = _FileScan(lut, {"pid": int(header.get("pid", -1)), "role": _ROLES.index(role) if role in _ROLES else 0,
+                         "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0)),
+                         "header": header, "clean": False, "defines": {}}, shift, loader_offset)
+    defines = fs.consts["defines"]
+    with open(path, "rb") as f:
+        f.seek(offset)
+        remaining = n
+        while remaining > 0:
+            count = min(remaining, CHUNK_RECORDS)
+            arr = np.fromfile(f, dtype=RECORD_DTYPE, count=count)
+            remaining -= count
+            if len(arr) == 0:
+                break
+            ids = arr["name_id"]
+            ctrl_mask = ids < 0
+            if ctrl_mask.any():
+                ctrl = arr[ctrl_mask]
+                raw = ctrl.view(np.uint8).reshape(len(ctrl), S.RECORD_SIZE)
+                touched = set()
+                for i, rec in enumerate(ctrl):
+                    if rec["name_id"] == S.CTRL_DEFINE:
+                        key = (int(rec["loader"]), int(rec["epoch"]))
+                        defines.setdefault(key, []).append(raw[i, 8:].tobytes())
+                        if key[0] == S.NS_EVENT_NAME and 0 <= key[1] <= S.MAX_NAME_ID:
+                            touched.add(key)
+                    elif rec["name_id"] == S.CTRL_END:
+                        fs.consts["clean"] = True
+                for key in touched:
+                    name = b"".join(defines[key]).rstrip(b"\0").decode(errors="replace")
+                    if name in S.EVENTS_BY_NAME:
+                        name += " (op)"
+                    lut[key[1]] = code_of(name, S.OP_CAT)
+                arr = arr[~ctrl_mask]
+                ids = arr["name_id"]
+            code = lut[ids]
+            if (code < 0).any():
+                for bad in np.unique(ids[code < 0]):
+                    nm = S.EVENTS_BY_ID.get(int(bad))
+                    lut[bad] = code_of(f"unknown:{bad}", "unknown")
+                    _log.warning("%s: event id %d is not defined in this file%s; kept as 'unknown:%d'",
+                                 path, bad, "" if nm is None else f" ({nm.name})", bad)
+                code = lut[ids]
+            yield arr, code, fs
+
+
+def _legacy_fetch(arr, code):
+    """lotus <= 0.1 wrote exhaustion as a flagged fetch: an ``exhausted`` event now (as load_events)."""
+    arg = arr["arg"]
+    legacy = (code == S.EV_FETCH) & (arg > 0) & ((arg & S.FETCH_STOP) != 0)
+    if legacy.any():
+        code = code.copy()
+        code[legacy] = S.EV_EXHAUSTED
+        arg = np.where(legacy, arg & ~S.FETCH_STOP, arg)
+    return code, arg, int(legacy.sum())
+
+
+def scan_run(run: Run):
+    """The events DataFrame of ``run`` without per-sample detail, with an :class:`OpEngine` in its
+    ``attrs["op_engine"]`` (see the module doc)."""
+    from lotus.trace.events import _Acc, _warn_missing_ranks, clock_offsets, loader_offsets
+
+    if run.original:
+        raise InputError("original LotusTrace logs are read in memory (lotus.trace.load_events)", run.path)
+    acc = _Acc()
+    good = []
+    for p in run.native:
+        try:
+            read_header(p)
+            good.append(p)
+        except InputError as exc:
+            _log.warning("%s; file skipped", exc)
+    offsets = clock_offsets(good)
+    per_process = loader_offsets(good)
+    small = np.zeros(S.MAX_NAME_ID + 1 + 1024, bool)  # by run-wide code: kept as an event row
+    slot_of = np.full(small.size, -1, np.int32)
+    slot_codes: list[int] = []
+
+    def code_of(name, cat):
+        return acc.code(name, cat)
+
+    def refresh():
+        while len(acc.names) > small.size:
+            raise InputError("more than 33,000 distinct event names", run.path)
+        for c, (nm, cat) in enumerate(zip(acc.names, acc.cats, strict=True)):
+            is_op = cat == S.OP_CAT or nm in OP_BUILTINS
+            small[c] = not (cat == S.OP_CAT or c in PER_SAMPLE_IDS)
+            if is_op and slot_of[c] < 0:
+                slot_of[c] = len(slot_codes)
+                slot_codes.append(c)
+
+    moments = _Moments()
+    first: dict[int, int] = {}
+    row = 0
+    for p in good:
+        n_events = n_legacy = 0
+        fs = None
+        for arr, code, fs in _chunks(p, offsets, per_process.get(p, 0), code_of):
+            if len(acc.names) != getattr(refresh, "n", -1):
+                refresh()
+                refresh.n = len(acc.names)
+            code, arg, legacy = _legacy_fetch(arr, code)
+            n_legacy += legacy
+            present = np.flatnonzero(np.bincount(code, minlength=1))
+            for c in present.tolist():
+                if c not in first:
+                    first[c] = row + int(np.argmax(code == c))
+            keep = small[code]
+            lo = arr["loader"] if not fs.loader_offset else arr["loader"].astype(np.int32) + fs.loader_offset
+            if keep.any():
+                k = keep if not keep.all() else slice(None)
+                acc.add(int(keep.sum()), code=code[k], start_ns=arr["start_ns"][k] + fs.shift,
+                        dur_ns=arr["dur_ns"][k], batch_id=arr["batch_id"][k], sample=arr["sample"][k],
+                        arg=arg[k], loader=lo[k] if isinstance(lo, np.ndarray) else lo, epoch=arr["epoch"][k],
+                        **{c: fs.consts[c] for c in ("pid", "role", "worker_id", "rank")})
+            slot = slot_of[code]
+            is_op = slot >= 0
+            if is_op.any():
+                moments.add(slot[is_op], arr["dur_ns"][is_op], len(slot_codes))
+            n_events += len(arr)
+            row += len(arr)
+        if fs is None:  # a file with no record at all
+            header, _ = read_header(p)
+            fs = _FileScan(None, {"header": header, "clean": False, "defines": {},
+                                  "pid": int(header.get("pid", -1)), "rank": int(header.get("rank", 0)),
+                                  "worker_id": int(header.get("worker_id", -1))}, 0, per_process.get(p, 0))
+        acc.files.append(_file_entry(p, fs, n_events))
+        if n_legacy:
+            _log.info("%s: %d 'fetch' events flagged FETCH_STOP (written by lotus <= 0.1) read as 'exhausted'",
+                      p, n_legacy)
+        if not fs.consts["clean"]:
+            _log.info("%s: no end record (process killed or still running); %d events read", p, n_events)
+    if not acc.files:
+        raise InputError("no readable trace file", run.path)
+    if not any(f["role"] == "main" for f in acc.files):
+        _log.warning("%s: no main-process file: waits and consumption unknown (worker files only)", run.path)
+    _warn_missing_ranks(acc.files, run.path)
+    refresh()
+    df = _frame(acc, run)
+    df.attrs["op_engine"] = OpEngine(good, offsets, per_process, list(acc.names), slot_codes, moments, first)
+    df.attrs["engine"] = "scan"
+    return df
+
+
+def _file_entry(p: Path, fs: _FileScan, n_events: int) -> dict:
+    h = fs.consts["header"]
+    loaders = {}
+    for (ns, key), chunks in fs.consts["defines"].items():
+        if ns == S.NS_LOADER:
+            try:
+                loaders[key + fs.loader_offset] = json.loads(b"".join(chunks).rstrip(b"\0").decode())
+            except ValueError:
+                _log.warning("%s: unreadable description of loader %d", p, key)
+    return {"path": str(p), "format": "lotus", "role": h.get("role", "main"), "pid": h.get("pid"),
+            "rank": h.get("rank", 0), "worker_id": h.get("worker_id", -1), "events": n_events,
+            "clean_close": fs.consts["clean"], "loaders": loaders, "world_size": h.get("world_size", 1),
+            "hostname": h.get("hostname"), "torch_version": h.get("torch_version")}
+
+
+def _frame(acc, run: Run):
+    """The events DataFrame of the kept rows (the columns and categories of ``load_events``)."""
+    import pandas as pd
+
+    from lotus.trace.events import EVENT_COLUMNS, _unique_labels
+
+    code = acc.column("code")
+    cat_names = sorted(set(acc.cats))
+    cat_of_code = np.array([cat_names.index(c) for c in acc.cats], np.int8)
+    columns = {"name": pd.Categorical.from_codes(code, categories=_unique_labels(acc.names)),
+               "cat": pd.Categorical.from_codes(cat_of_code[code], categories=cat_names)}
+    for c in EVENT_COLUMNS[2:]:
+        arr = acc.column(c)
+        columns[c] = pd.Categorical.from_codes(arr, categories=_ROLES) if c == "role" else arr
+    df = pd.DataFrame(columns, copy=False)
+    df.attrs["run"] = run.name
+    df.attrs["path"] = str(run.path)
+    df.attrs["files"] = acc.files
+    return df
+
+
+def sample_counts(engine: OpEngine, keys) -> dict:
+    """``{"sample": Series, "load": Series}``: per-sample events of the batch keys ``keys`` (a frame with
+    rank, loader, epoch, batch_id), counted by one more scan; only batches without a collate need it."""
+    import pandas as pd
+
+    want = set(map(tuple, keys[["rank", "loader", "epoch", "batch_id"]].to_numpy(np.int64).tolist()))
+    ids = np.unique(keys["batch_id"].to_numpy(np.int64))
+    by_name = {n: i for i, n in enumerate(engine.names)}
+    found: dict[tuple, list[int]] = {}
+    for p in engine.paths:
+        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0),
+                                     lambda n, c: by_name.get(n, 0)):
+            sel = ((code == S.EV_SAMPLE) | (code == S.EV_LOAD)) & np.isin(arr["batch_id"], ids)
+            lo = arr["loader"].astype(np.int64) + fs.loader_offset
+            for i in np.flatnonzero(sel).tolist():
+                key = (fs.consts["rank"], int(lo[i]), int(arr["epoch"][i]), int(arr["batch_id"][i]))
+                if key in want:
+                    found.setdefault(key, [0, 0])[0 if code[i] == S.EV_SAMPLE else 1] += 1
+    idx = pd.MultiIndex.from_tuples(list(found), names=["rank", "loader", "epoch", "batch_id"])
+    v = np.array(list(found.values()), np.int64).reshape(-1, 2)
+    return {"sample": pd.Series(v[:, 0], index=idx), "load": pd.Series(v[:, 1], index=idx)}
+
+
+def batches_of_scan(events):
+    """The batches DataFrame of a scanned run: :func:`lotus.trace.batches.batches_from_events` on the
+    kept events, plus ``n_samples`` of batches without a collate from their per-sample events."""
+    from lotus.trace.batches import KEY, batches_from_events
+
+    out = batches_from_events(events)
+    engine = events.attrs.get("op_engine")
+    missing = out["n_samples"].isna().to_numpy()
+    if engine is None or not missing.any():
+        return out
+    counts = sample_counts(engine, out.loc[missing, KEY])
+    idx = out.loc[missing].set_index(KEY).index
+    n = None
+    for what in ("sample", "load"):
+        c = counts[what].reindex(idx).to_numpy(dtype=np.float64)
+        c = np.where(c > 0, c, np.nan)
+        n = c if n is None else np.where(np.isnan(n), c, n)
+    col = out["n_samples"].copy()
+    col[missing] = [None if np.isnan(x) else int(x) for x in n]
+    out["n_samples"] = col.astype("Int64")
+    return out
+
+
+def _rescan_ops(engine: OpEngine, exclude_keys) -> _Moments:
+    """Per-op moments again, without the events of the excluded batch keys."""
+    ex = exclude_keys[["rank", "loader", "epoch", "batch_id"]].drop_duplicates()
+    ids = np.unique(ex["batch_id"].to_numpy(np.int64))
+    want = set(map(tuple, ex.to_numpy(np.int64).tolist()))
+    by_name = {n: i for i, n in enumerate(engine.names)}
+    slot_of = np.full(S.MAX_NAME_ID + 1 + 1024, -1, np.int32)
+    for k, c in enumerate(engine.slot_codes):
+        slot_of[c] = k
+
+    def code_of(name, cat):
+        return by_name.get(name, len(slot_of) - 1)
+
+    m = _Moments()
+    slots = len(engine.slot_codes)
+    for p in engine.paths:
+        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), code_of):
+            code, _, _ = _legacy_fetch(arr, code)
+            slot = slot_of[code]
+            keep = slot >= 0
+            bid = arr["batch_id"]
+            cand = keep & np.isin(bid, ids)
+            if cand.any():
+                lo = arr["loader"].astype(np.int64) + fs.loader_offset
+                ep = arr["epoch"]
+                for i in np.flatnonzero(cand).tolist():
+                    if (fs.consts["rank"], int(lo[i]), int(ep[i]), int(bid[i])) in want:
+                        keep[i] = False
+            if keep.any():
+                m.add(slot[keep], arr["dur_ns"][keep], slots)
+    m.grow(slots)
+    return m
