@@ -36,7 +36,8 @@ import numpy as np
 from lotus.errors import InputError
 from lotus.trace import schema as S
 from lotus.trace.discover import Run
-from lotus.trace.native import RECORD_DTYPE, read_header
+from lotus.trace.native import read_header
+from lotus.trace.parts import iter_records, mark_continued, stitch
 
 _log = logging.getLogger("lotus.trace")
 CHUNK_RECORDS = 1 << 20
@@ -205,10 +206,6 @@ def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=No
 
     ``code_of(name, cat)`` registers a dynamic name and returns its run-wide code."""
     header, offset = read_header(path)
-    size = path.stat().st_size
-    n = (size - offset) // S.RECORD_SIZE
-    if (size - offset) % S.RECORD_SIZE:
-        _log.warning("%s: record %d truncated (a crashed process?); dropped", path, n)
     shift = offsets.get(header.get("boot_id", ""), int(header["anchor_wall_ns"]) - int(header["anchor_mono_ns"]))
     lut = np.full(S.MAX_NAME_ID + 1, -1, np.int32)
     for e in S.BUILTIN_EVENTS:
@@ -218,45 +215,37 @@ def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=No
                          "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0)),
                          "header": header, "clean": False, "defines": {}}, shift, loader_offset)
     defines = fs.consts["defines"]
-    with open(path, "rb") as f:
-        f.seek(offset)
-        remaining = n
-        while remaining > 0:
-            count = min(remaining, CHUNK_RECORDS)
-            arr = np.fromfile(f, dtype=RECORD_DTYPE, count=count)
-            remaining -= count
-            if len(arr) == 0:
-                break
+    for arr in iter_records(path, offset, CHUNK_RECORDS):
+        ids = arr["name_id"]
+        ctrl_mask = ids < 0
+        if ctrl_mask.any():
+            ctrl = arr[ctrl_mask]
+            raw = ctrl.view(np.uint8).reshape(len(ctrl), S.RECORD_SIZE)
+            touched = set()
+            for i, rec in enumerate(ctrl):
+                if rec["name_id"] == S.CTRL_DEFINE:
+                    key = (int(rec["loader"]), int(rec["epoch"]))
+                    defines.setdefault(key, []).append(raw[i, 8:].tobytes())
+                    if key[0] == S.NS_EVENT_NAME and 0 <= key[1] <= S.MAX_NAME_ID:
+                        touched.add(key)
+                elif rec["name_id"] == S.CTRL_END:
+                    fs.consts["clean"] = True
+            for key in touched:
+                name = b"".join(defines[key]).rstrip(b"\0").decode(errors="replace")
+                if name in S.EVENTS_BY_NAME:
+                    name += " (op)"
+                lut[key[1]] = code_of(name, S.OP_CAT)
+            arr = arr[~ctrl_mask]
             ids = arr["name_id"]
-            ctrl_mask = ids < 0
-            if ctrl_mask.any():
-                ctrl = arr[ctrl_mask]
-                raw = ctrl.view(np.uint8).reshape(len(ctrl), S.RECORD_SIZE)
-                touched = set()
-                for i, rec in enumerate(ctrl):
-                    if rec["name_id"] == S.CTRL_DEFINE:
-                        key = (int(rec["loader"]), int(rec["epoch"]))
-                        defines.setdefault(key, []).append(raw[i, 8:].tobytes())
-                        if key[0] == S.NS_EVENT_NAME and 0 <= key[1] <= S.MAX_NAME_ID:
-                            touched.add(key)
-                    elif rec["name_id"] == S.CTRL_END:
-                        fs.consts["clean"] = True
-                for key in touched:
-                    name = b"".join(defines[key]).rstrip(b"\0").decode(errors="replace")
-                    if name in S.EVENTS_BY_NAME:
-                        name += " (op)"
-                    lut[key[1]] = code_of(name, S.OP_CAT)
-                arr = arr[~ctrl_mask]
-                ids = arr["name_id"]
+        code = lut[ids]
+        if (code < 0).any():
+            for bad in np.unique(ids[code < 0]):
+                nm = S.EVENTS_BY_ID.get(int(bad))
+                lut[bad] = code_of(f"unknown:{bad}", "unknown")
+                _log.warning("%s: event id %d is not defined in this file%s; kept as 'unknown:%d'",
+                             path, bad, "" if nm is None else f" ({nm.name})", bad)
             code = lut[ids]
-            if (code < 0).any():
-                for bad in np.unique(ids[code < 0]):
-                    nm = S.EVENTS_BY_ID.get(int(bad))
-                    lut[bad] = code_of(f"unknown:{bad}", "unknown")
-                    _log.warning("%s: event id %d is not defined in this file%s; kept as 'unknown:%d'",
-                                 path, bad, "" if nm is None else f" ({nm.name})", bad)
-                code = lut[ids]
-            yield arr, code, fs
+        yield arr, code, fs
 
 
 def _legacy_fetch(arr, code):
@@ -350,6 +339,7 @@ def scan_run(run: Run):
     if not any(f["role"] == "main" for f in acc.files):
         _log.warning("%s: no main-process file: waits and consumption unknown (worker files only)", run.path)
     _warn_missing_ranks(acc.files, run.path)
+    mark_continued(acc.files, stitch(good))
     refresh()
     df = _frame(acc, run)
     df.attrs["op_engine"] = OpEngine(good, offsets, per_process, list(acc.names), slot_codes, moments, first)
