@@ -8,7 +8,8 @@ Engines (``engine=``): ``"memory"`` reads every event into one DataFrame (:func:
 ``"scan"`` reads the files in chunks and keeps only the events that are not per-sample detail, with
 per-op aggregates beside them (:mod:`lotus.trace.scan`: memory bounded by the batches, quantiles of ops
 approximate within 0.04%); ``"auto"`` (what stats, verdict, wait and throughput use) scans runs whose
-lotus trace files hold more than :data:`SCAN_THRESHOLD_BYTES` (``$LOTUS_SCAN_BYTES``) and reads smaller
+lotus trace files hold more than :data:`SCAN_THRESHOLD_BYTES` (``$LOTUS_SCAN_BYTES``; compressed files
+count 5 times their size) and reads smaller
 ones, and original LotusTrace logs, in memory. ``$LOTUS_ENGINE`` (memory | scan | auto) overrides.
 """
 
@@ -24,6 +25,7 @@ from lotus.errors import InputError
 
 _log = logging.getLogger("lotus.analysis")
 SCAN_THRESHOLD_BYTES = 1 << 30
+ZST_RATIO = 5
 ENGINES = ("memory", "scan", "auto")
 
 
@@ -38,8 +40,8 @@ def _engine_for(run, engine: str) -> str:
     limit = int(os.environ.get("LOTUS_SCAN_BYTES", SCAN_THRESHOLD_BYTES))
     total = 0
     for p in run.native:
-        try:
-            total += p.stat().st_size
+        try:  # compressed parts count at the ~5x they hold (48 -> ~10 bytes per record)
+            total += p.stat().st_size * (ZST_RATIO if p.name.endswith(".zst") else 1)
         except OSError:
             pass
     return "scan" if total > limit else "memory"

@@ -82,7 +82,7 @@ def find_runs(path: str | os.PathLike) -> list[Run]:
         return [run]
     runs: list[Run] = []
     for dirpath, dirnames, _ in os.walk(root):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".lotus-compact"))  # lotus compact's
         rel = os.path.relpath(dirpath, root)
         run = scan_run(dirpath, name=root.resolve().name if rel == "." else rel.replace(os.sep, "/"))
         if run.has_trace:

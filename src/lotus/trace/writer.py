@@ -9,10 +9,11 @@ are dropped and the buffer stays bounded.
 Rotation (day-long runs): with ``$LOTUS_ROTATE_MB`` and/or ``$LOTUS_ROTATE_S`` (or ``rotate_bytes=`` /
 ``rotate_s=``) a flush that leaves the current file at least that large, or that old, closes it and
 continues in the next *part*, ``<name>.part0001.lotustrace`` and so on. Every part is a complete trace
-file: the same header (plus ``"part": k``) and the definitions made so far, repeated; only the last part
-gets the END record. With ``$LOTUS_COMPRESS_PARTS=1`` a closed part is zstd-compressed by a background
-thread into ``<part>.zst`` (written to a temporary name, renamed when complete; the plain part is then
-removed). The readers stitch parts back together (:mod:`lotus.trace.parts`).
+file: the same header (plus ``"part": k`` and ``"repeated_defines": n``) and the ``n`` definition records
+made so far, repeated first; only the last part gets the END record. With ``$LOTUS_COMPRESS_PARTS=1`` a
+closed part is zstd-compressed by a background thread into ``<part>.zst`` (written to a temporary name,
+renamed when complete; the plain part is then removed). The readers stitch parts back together
+(:mod:`lotus.trace.parts`).
 """
 
 from __future__ import annotations
@@ -234,7 +235,8 @@ class TraceWriter:
         path = self._base_path.with_name(f"{stem}.part{self._part:04d}{S.FILE_SUFFIX}")
         self._file = open(path, "xb", buffering=0)  # noqa: SIM115 - lives as long as the writer
         self.path = path
-        extra = {**(self._header_extra["extra"] or {}), "part": self._part}
+        extra = {**(self._header_extra["extra"] or {}), "part": self._part,
+                 "repeated_defines": defined // S.RECORD_SIZE}
         head = self._preamble(self._header_extra["world_size"], extra, anchor=self._anchor)
         self._part_bytes = self._file.write(head + bytes(self._defined[:defined]))
         self._part_start_ns = time.monotonic_ns()
