@@ -461,3 +461,25 @@ def _rescan_ops(engine: OpEngine, exclude_keys) -> _Moments:
                 m.add(slot[keep], arr["dur_ns"][keep], slots)
     m.grow(slots)
     return m
+
+
+def window_scan(engine: OpEngine, t0: int, t1: int, *, name=None, path=None):
+    """Every event (per-sample ones too) overlapping ``[t0, t1)`` wall-clock ns, read again in chunks:
+    memory follows the window, not the run (:mod:`lotus.analysis.window`)."""
+    from lotus.trace.events import _Acc
+
+    acc = _Acc()
+    for p in engine.paths:
+        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code):
+            code, arg, _ = _legacy_fetch(arr, code)
+            start = arr["start_ns"] + fs.shift
+            dur = arr["dur_ns"]
+            end = start + np.maximum(dur, 0)
+            keep = (start < t1) & ((end > t0) | ((dur <= 0) & (start >= t0)))
+            if not keep.any():
+                continue
+            lo = arr["loader"][keep].astype(np.int32) + fs.loader_offset
+            acc.add(int(keep.sum()), code=code[keep], start_ns=start[keep], dur_ns=dur[keep],
+                    batch_id=arr["batch_id"][keep], sample=arr["sample"][keep], arg=arg[keep], loader=lo,
+                    epoch=arr["epoch"][keep], **{c: fs.consts[c] for c in ("pid", "role", "worker_id", "rank")})
+    return _frame(acc, Run(name or "run", Path(path or ".")))
