@@ -10,7 +10,8 @@ per-op aggregates beside them (:mod:`lotus.trace.scan`: memory bounded by the ba
 approximate within 0.04%); ``"auto"`` (what stats, verdict, wait and throughput use) scans runs whose
 lotus trace files hold more than :data:`SCAN_THRESHOLD_BYTES` (``$LOTUS_SCAN_BYTES``; compressed files
 count 5 times their size) and reads smaller
-ones, and original LotusTrace logs, in memory. ``$LOTUS_ENGINE`` (memory | scan | auto) overrides.
+ones, and original LotusTrace logs, in memory. ``$LOTUS_ENGINE`` (memory | scan | auto) overrides ``auto``
+(commands that need every event ask for ``memory`` and always get it).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ ENGINES = ("memory", "scan", "auto")
 
 
 def _engine_for(run, engine: str) -> str:
+    if engine == "memory":  # a command that needs every event
+        return "memory"
     engine = os.environ.get("LOTUS_ENGINE", engine)
     if engine not in ENGINES:
         raise InputError(f"LOTUS_ENGINE must be one of {', '.join(ENGINES)}, not {engine!r}", ".")
@@ -121,9 +124,9 @@ def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory") -> Iter
         raise InputError("no readable run here or below", data_dir)
 
 
-def load_configs(data_dir: str | os.PathLike) -> list[Config]:
+def load_configs(data_dir: str | os.PathLike, *, engine: str = "memory") -> list[Config]:
     """All configs under ``data_dir`` (see :func:`iter_configs`)."""
-    return list(iter_configs(data_dir))
+    return list(iter_configs(data_dir, engine=engine))
 
 
 def load_config(path: str | os.PathLike, *, engine: str = "memory") -> Config:

@@ -106,6 +106,17 @@ class _Moments:
                 self.hi[k] = max(self.hi[k], int(dur[flat == k * N_BINS + hi_bin].max()))
 
 
+def _epoch_sums(acc: dict, epoch: np.ndarray, slot: np.ndarray, dur: np.ndarray, slots: int) -> None:
+    """Per epoch, per op slot: total ns (for the per-epoch slowest op of ``lotus report``'s trends)."""
+    lo = int(epoch.min())
+    n = int(epoch.max()) - lo + 1
+    sums = np.bincount((epoch - lo).astype(np.int64) * slots + slot, weights=dur.astype(np.float64),
+                       minlength=n * slots).reshape(n, slots)
+    for i in np.flatnonzero(sums.any(axis=1)).tolist():
+        row = acc.get(lo + i, np.zeros(0))
+        acc[lo + i] = np.pad(row, (0, slots - len(row))) + sums[i]
+
+
 def _bins(dur: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         b = np.floor(np.log2(np.maximum(dur, 1).astype(np.float64)) * BINS_PER_OCTAVE).astype(np.int64) + 1
@@ -159,6 +170,11 @@ class OpEngine:
         return self is other
 
     __hash__ = object.__hash__
+
+    def epoch_totals(self) -> dict[int, dict[str, float]]:
+        """``{epoch: {op: total ns}}`` over every op event (failed/exhausted fetches included)."""
+        return {e: {self.names[c]: float(row[k]) for k, c in enumerate(self.slot_codes) if k < len(row) and row[k]}
+                for e, row in sorted(getattr(self, "by_epoch", {}).items())}
 
     def op_order(self) -> list[str]:
         """Ops present, in pipeline order: load, transform ops by first occurrence, transform, sample, collate."""
@@ -294,6 +310,7 @@ def scan_run(run: Run):
                 slot_codes.append(c)
 
     moments = _Moments()
+    by_epoch: dict[int, np.ndarray] = {}
     first: dict[int, int] = {}
     row = 0
     for p in good:
@@ -321,6 +338,7 @@ def scan_run(run: Run):
             is_op = slot >= 0
             if is_op.any():
                 moments.add(slot[is_op], arr["dur_ns"][is_op], len(slot_codes))
+                _epoch_sums(by_epoch, arr["epoch"][is_op], slot[is_op], arr["dur_ns"][is_op], len(slot_codes))
             n_events += len(arr)
             row += len(arr)
         if fs is None:  # a file with no record at all
@@ -343,6 +361,7 @@ def scan_run(run: Run):
     refresh()
     df = _frame(acc, run)
     df.attrs["op_engine"] = OpEngine(good, offsets, per_process, list(acc.names), slot_codes, moments, first)
+    df.attrs["op_engine"].by_epoch = by_epoch
     df.attrs["engine"] = "scan"
     return df
 
