@@ -18,7 +18,7 @@ from lotus.analysis.throughput import throughput
 from lotus.analysis.wait import wait_stats
 from lotus.trace import schema as S
 from lotus.trace.events import load_events
-from lotus.trace.scan import BINS_PER_OCTAVE, hist_quantiles
+from lotus.trace.moments import BINS_PER_OCTAVE, hist_quantiles
 from lotus.trace.synthetic import PipelineSpec, write_native
 
 REAL = Path(__file__).parents[1] / "data" / "lotus-2023" / "traces"
@@ -145,7 +145,7 @@ def test_auto_picks_by_size(tmp_path, monkeypatch):
 def test_hist_quantiles_match_numpy():
     rng = np.random.default_rng(0)
     vals = np.concatenate([rng.lognormal(13, 1, 5000).astype(np.int64), [0, 0, 7]])
-    from lotus.trace.scan import _Moments
+    from lotus.trace.moments import _Moments
 
     m = _Moments()
     m.add(np.zeros(len(vals), np.int64), vals, 1)

@@ -54,7 +54,8 @@ def _config_of(run, engine: str) -> Config:
     from lotus.trace.events import events_of_run
 
     if _engine_for(run, engine) == "scan":
-        from lotus.trace.scan import batches_of_scan, scan_run
+        from lotus.trace.rescan import batches_of_scan
+        from lotus.trace.scan import scan_run
 
         events = scan_run(run)
         cfg = Config(name=run.name, path=run.path, events=events, batches=batches_of_scan(events))

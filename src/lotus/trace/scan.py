@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,117 +36,15 @@ import numpy as np
 from lotus.errors import InputError
 from lotus.trace import schema as S
 from lotus.trace.discover import Run
+from lotus.trace.moments import _epoch_sums, _Moments, hist_quantiles
 from lotus.trace.native import read_header
 from lotus.trace.parts import iter_records, mark_continued, stitch
 
 _log = logging.getLogger("lotus.trace")
 CHUNK_RECORDS = 1 << 20
-BINS_PER_OCTAVE = 1024
-N_BINS = 64 * BINS_PER_OCTAVE + 2  # bin 0: durations <= 0; bin 1 + floor(log2(d) * K) otherwise
 PER_SAMPLE_IDS = (S.EV_SAMPLE, S.EV_LOAD, S.EV_TRANSFORM)
 OP_BUILTINS = ("load", "transform", "sample", "collate")
 _ROLES = ["main", "worker"]
-
-
-@dataclass
-class _Moments:
-    """Running per-op aggregates over chunks (slot-indexed arrays)."""
-
-    n: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    total: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    mean: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    m2: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    lo: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    hi: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    hist: np.ndarray = field(default_factory=lambda: np.zeros((0, N_BINS), np.int64))
-
-    def grow(self, slots: int) -> None:
-        k = slots - len(self.n)
-        if k <= 0:
-            return
-        self.n = np.concatenate([self.n, np.zeros(k, np.int64)])
-        self.total = np.concatenate([self.total, np.zeros(k)])
-        self.mean = np.concatenate([self.mean, np.zeros(k)])
-        self.m2 = np.concatenate([self.m2, np.zeros(k)])
-        self.lo = np.concatenate([self.lo, np.full(k, np.iinfo(np.int64).max)])
-        self.hi = np.concatenate([self.hi, np.full(k, np.iinfo(np.int64).min)])
-        self.hist = np.concatenate([self.hist, np.zeros((k, N_BINS), np.int64)])
-
-    def add(self, slot: np.ndarray, dur: np.ndarray, slots: int) -> None:
-        """Merge one chunk: ``slot`` (op slot of each event) and ``dur`` (int64 ns)."""
-        if not len(slot):
-            return
-        self.grow(slots)
-        d = dur.astype(np.float64)
-        n = np.bincount(slot, minlength=slots)
-        s = np.bincount(slot, weights=d, minlength=slots)
-        sq = np.bincount(slot, weights=d * d, minlength=slots)
-        has = n > 0
-        cm = np.where(has, s / np.maximum(n, 1), 0.0)
-        cm2 = np.maximum(sq - s * cm, 0.0)
-        tot = self.n + n
-        delta = cm - self.mean
-        with np.errstate(invalid="ignore", divide="ignore"):
-            self.mean = np.where(has, self.mean + delta * n / np.maximum(tot, 1), self.mean)
-            self.m2 = np.where(has, self.m2 + cm2 + delta * delta * self.n * n / np.maximum(tot, 1), self.m2)
-        self.n = tot
-        self.total = self.total + s
-        b = _bins(dur)
-        flat = slot.astype(np.int64) * N_BINS + b
-        chunk = np.bincount(flat, minlength=slots * N_BINS).reshape(slots, N_BINS)
-        self.hist += chunk
-        # exact min/max: only values in the run's extreme bins can be extremes, and only chunks with
-        # values there need a look
-        for k in np.flatnonzero(has).tolist():
-            nz = np.flatnonzero(self.hist[k])
-            lo_bin, hi_bin = int(nz[0]), int(nz[-1])
-            if chunk[k, lo_bin]:
-                self.lo[k] = min(self.lo[k], int(dur[flat == k * N_BINS + lo_bin].min()))
-            if chunk[k, hi_bin]:
-                self.hi[k] = max(self.hi[k], int(dur[flat == k * N_BINS + hi_bin].max()))
-
-
-def _epoch_sums(acc: dict, epoch: np.ndarray, slot: np.ndarray, dur: np.ndarray, slots: int) -> None:
-    """Per epoch, per op slot: total ns (for the per-epoch slowest op of ``lotus report``'s trends)."""
-    lo = int(epoch.min())
-    n = int(epoch.max()) - lo + 1
-    sums = np.bincount((epoch - lo).astype(np.int64) * slots + slot, weights=dur.astype(np.float64),
-                       minlength=n * slots).reshape(n, slots)
-    for i in np.flatnonzero(sums.any(axis=1)).tolist():
-        row = acc.get(lo + i, np.zeros(0))
-        acc[lo + i] = np.pad(row, (0, slots - len(row))) + sums[i]
-
-
-def _bins(dur: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        b = np.floor(np.log2(np.maximum(dur, 1).astype(np.float64)) * BINS_PER_OCTAVE).astype(np.int64) + 1
-    b[dur <= 0] = 0
-    return np.minimum(b, N_BINS - 1)
-
-
-def _bin_value(b: np.ndarray) -> np.ndarray:
-    """Geometric centre of bins (0 for bin 0)."""
-    b = np.asarray(b, np.float64)
-    return np.where(b <= 0, 0.0, np.exp2((b - 0.5) / BINS_PER_OCTAVE))
-
-
-def hist_quantiles(hist: np.ndarray, qs, lo: float, hi: float) -> list[float]:
-    """Quantiles (numpy's linear interpolation) of the values counted in ``hist``."""
-    n = int(hist.sum())
-    cum = np.cumsum(hist)
-    out = []
-    for q in qs:
-        r = q * (n - 1)
-        i0 = math.floor(r)
-        i1 = min(i0 + 1, n - 1)
-        b0, b1 = np.searchsorted(cum, [i0 + 1, i1 + 1])
-        v0, v1 = (float(np.clip(_bin_value(b), lo, hi)) for b in (b0, b1))
-        if i0 == 0:
-            v0 = lo
-        if i1 == n - 1:
-            v1 = hi
-        out.append(v0 + (v1 - v0) * (r - i0))
-    return out
 
 
 class OpEngine:
@@ -190,7 +88,9 @@ class OpEngine:
         with the columns rank, loader, epoch, batch_id); a second scan when there are some."""
         m = self.moments
         if exclude_keys is not None and len(exclude_keys):
-            m = _rescan_ops(self, exclude_keys)
+            from lotus.trace.rescan import rescan_ops
+
+            m = rescan_ops(self, exclude_keys)
         slot = {self.names[c]: k for k, c in enumerate(self.slot_codes)}
         out = {}
         for name in self.op_order():
@@ -400,105 +300,3 @@ def _frame(acc, run: Run):
     df.attrs["path"] = str(run.path)
     df.attrs["files"] = acc.files
     return df
-
-
-def sample_counts(engine: OpEngine, keys) -> dict:
-    """``{"sample": Series, "load": Series}``: per-sample events of the batch keys ``keys`` (a frame with
-    rank, loader, epoch, batch_id), counted by one more scan; only batches without a collate need it."""
-    import pandas as pd
-
-    want = set(map(tuple, keys[["rank", "loader", "epoch", "batch_id"]].to_numpy(np.int64).tolist()))
-    ids = np.unique(keys["batch_id"].to_numpy(np.int64))
-    by_name = {n: i for i, n in enumerate(engine.names)}
-    found: dict[tuple, list[int]] = {}
-    for p in engine.paths:
-        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0),
-                                     lambda n, c: by_name.get(n, 0)):
-            sel = ((code == S.EV_SAMPLE) | (code == S.EV_LOAD)) & np.isin(arr["batch_id"], ids)
-            lo = arr["loader"].astype(np.int64) + fs.loader_offset
-            for i in np.flatnonzero(sel).tolist():
-                key = (fs.consts["rank"], int(lo[i]), int(arr["epoch"][i]), int(arr["batch_id"][i]))
-                if key in want:
-                    found.setdefault(key, [0, 0])[0 if code[i] == S.EV_SAMPLE else 1] += 1
-    idx = pd.MultiIndex.from_tuples(list(found), names=["rank", "loader", "epoch", "batch_id"])
-    v = np.array(list(found.values()), np.int64).reshape(-1, 2)
-    return {"sample": pd.Series(v[:, 0], index=idx), "load": pd.Series(v[:, 1], index=idx)}
-
-
-def batches_of_scan(events):
-    """The batches DataFrame of a scanned run: :func:`lotus.trace.batches.batches_from_events` on the
-    kept events, plus ``n_samples`` of batches without a collate from their per-sample events."""
-    from lotus.trace.batches import KEY, batches_from_events
-
-    out = batches_from_events(events)
-    engine = events.attrs.get("op_engine")
-    missing = out["n_samples"].isna().to_numpy()
-    if engine is None or not missing.any():
-        return out
-    counts = sample_counts(engine, out.loc[missing, KEY])
-    idx = out.loc[missing].set_index(KEY).index
-    n = None
-    for what in ("sample", "load"):
-        c = counts[what].reindex(idx).to_numpy(dtype=np.float64)
-        c = np.where(c > 0, c, np.nan)
-        n = c if n is None else np.where(np.isnan(n), c, n)
-    col = out["n_samples"].copy()
-    col[missing] = [None if np.isnan(x) else int(x) for x in n]
-    out["n_samples"] = col.astype("Int64")
-    return out
-
-
-def _rescan_ops(engine: OpEngine, exclude_keys) -> _Moments:
-    """Per-op moments again, without the events of the excluded batch keys."""
-    ex = exclude_keys[["rank", "loader", "epoch", "batch_id"]].drop_duplicates()
-    ids = np.unique(ex["batch_id"].to_numpy(np.int64))
-    want = set(map(tuple, ex.to_numpy(np.int64).tolist()))
-    by_name = {n: i for i, n in enumerate(engine.names)}
-    slot_of = np.full(S.MAX_NAME_ID + 1 + 1024, -1, np.int32)
-    for k, c in enumerate(engine.slot_codes):
-        slot_of[c] = k
-
-    def code_of(name, cat):
-        return by_name.get(name, len(slot_of) - 1)
-
-    m = _Moments()
-    slots = len(engine.slot_codes)
-    for p in engine.paths:
-        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), code_of):
-            code, _, _ = _legacy_fetch(arr, code)
-            slot = slot_of[code]
-            keep = slot >= 0
-            bid = arr["batch_id"]
-            cand = keep & np.isin(bid, ids)
-            if cand.any():
-                lo = arr["loader"].astype(np.int64) + fs.loader_offset
-                ep = arr["epoch"]
-                for i in np.flatnonzero(cand).tolist():
-                    if (fs.consts["rank"], int(lo[i]), int(ep[i]), int(bid[i])) in want:
-                        keep[i] = False
-            if keep.any():
-                m.add(slot[keep], arr["dur_ns"][keep], slots)
-    m.grow(slots)
-    return m
-
-
-def window_scan(engine: OpEngine, t0: int, t1: int, *, name=None, path=None):
-    """Every event (per-sample ones too) overlapping ``[t0, t1)`` wall-clock ns, read again in chunks:
-    memory follows the window, not the run (:mod:`lotus.analysis.window`)."""
-    from lotus.trace.events import _Acc
-
-    acc = _Acc()
-    for p in engine.paths:
-        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code):
-            code, arg, _ = _legacy_fetch(arr, code)
-            start = arr["start_ns"] + fs.shift
-            dur = arr["dur_ns"]
-            end = start + np.maximum(dur, 0)
-            keep = (start < t1) & ((end > t0) | ((dur <= 0) & (start >= t0)))
-            if not keep.any():
-                continue
-            lo = arr["loader"][keep].astype(np.int32) + fs.loader_offset
-            acc.add(int(keep.sum()), code=code[keep], start_ns=start[keep], dur_ns=dur[keep],
-                    batch_id=arr["batch_id"][keep], sample=arr["sample"][keep], arg=arg[keep], loader=lo,
-                    epoch=arr["epoch"][keep], **{c: fs.consts[c] for c in ("pid", "role", "worker_id", "rank")})
-    return _frame(acc, Run(name or "run", Path(path or ".")))
