@@ -41,13 +41,16 @@ class _Moments:
         self.hi = np.concatenate([self.hi, np.full(k, np.iinfo(np.int64).min)])
         self.hist = np.concatenate([self.hist, np.zeros((k, N_BINS), np.int64)])
 
-    def add(self, slot: np.ndarray, dur: np.ndarray, slots: int) -> None:
-        """Merge one chunk: ``slot`` (op slot of each event) and ``dur`` (int64 ns)."""
+    def add(self, slot: np.ndarray, dur: np.ndarray, slots: int) -> np.ndarray | None:
+        """Merge one chunk: ``slot`` (op slot of each event) and ``dur`` (int64 ns); returns its per-slot sums."""
         if not len(slot):
-            return
+            return None
         self.grow(slots)
         d = dur.astype(np.float64)
-        n = np.bincount(slot, minlength=slots)
+        b = _bins(dur)
+        flat = slot.astype(np.int64) * N_BINS + b
+        chunk = np.bincount(flat, minlength=slots * N_BINS).reshape(slots, N_BINS)
+        n = chunk.sum(axis=1)
         s = np.bincount(slot, weights=d, minlength=slots)
         sq = np.bincount(slot, weights=d * d, minlength=slots)
         has = n > 0
@@ -60,9 +63,6 @@ class _Moments:
             self.m2 = np.where(has, self.m2 + cm2 + delta * delta * self.n * n / np.maximum(tot, 1), self.m2)
         self.n = tot
         self.total = self.total + s
-        b = _bins(dur)
-        flat = slot.astype(np.int64) * N_BINS + b
-        chunk = np.bincount(flat, minlength=slots * N_BINS).reshape(slots, N_BINS)
         self.hist += chunk
         # exact min/max: only values in the run's extreme bins can be extremes, and only chunks with
         # values there need a look
@@ -73,11 +73,18 @@ class _Moments:
                 self.lo[k] = min(self.lo[k], int(dur[flat == k * N_BINS + lo_bin].min()))
             if chunk[k, hi_bin]:
                 self.hi[k] = max(self.hi[k], int(dur[flat == k * N_BINS + hi_bin].max()))
+        return s
 
 
-def _epoch_sums(acc: dict, epoch: np.ndarray, slot: np.ndarray, dur: np.ndarray, slots: int) -> None:
-    """Per epoch, per op slot: total ns (for the per-epoch slowest op of ``lotus report``'s trends)."""
-    lo = int(epoch.min())
+def _epoch_sums(acc: dict, epoch: np.ndarray, slot: np.ndarray, dur: np.ndarray, slots: int,
+                sums: np.ndarray | None = None) -> None:
+    """Per epoch, per op slot: total ns (for the per-epoch slowest op of ``lotus report``'s trends);
+    ``sums``: the chunk's per-slot totals, used as they are when the chunk holds one epoch."""
+    lo, hi = int(epoch.min()), int(epoch.max())
+    if sums is not None and lo == hi:
+        row = acc.get(lo, np.zeros(0))
+        acc[lo] = np.pad(row, (0, slots - len(row))) + sums
+        return
     n = int(epoch.max()) - lo + 1
     sums = np.bincount((epoch - lo).astype(np.int64) * slots + slot, weights=dur.astype(np.float64),
                        minlength=n * slots).reshape(n, slots)

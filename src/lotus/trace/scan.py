@@ -220,25 +220,29 @@ def scan_run(run: Run):
             if len(acc.names) != getattr(refresh, "n", -1):
                 refresh()
                 refresh.n = len(acc.names)
-            code, arg, legacy = _legacy_fetch(arr, code)
-            n_legacy += legacy
             present = np.flatnonzero(np.bincount(code, minlength=1))
             for c in present.tolist():
                 if c not in first:
                     first[c] = row + int(np.argmax(code == c))
-            keep = small[code]
-            lo = arr["loader"] if not fs.loader_offset else arr["loader"].astype(np.int32) + fs.loader_offset
-            if keep.any():
-                k = keep if not keep.all() else slice(None)
-                acc.add(int(keep.sum()), code=code[k], start_ns=arr["start_ns"][k] + fs.shift,
-                        dur_ns=arr["dur_ns"][k], batch_id=arr["batch_id"][k], sample=arr["sample"][k],
-                        arg=arg[k], loader=lo[k] if isinstance(lo, np.ndarray) else lo, epoch=arr["epoch"][k],
-                        **{c: fs.consts[c] for c in ("pid", "role", "worker_id", "rank")})
+            idx = np.flatnonzero(small[code])  # kept rows: few; gather each field once
+            if len(idx):
+                kc = code[idx]
+                karg = arr["arg"][idx]
+                legacy = (kc == S.EV_FETCH) & (karg > 0) & ((karg & S.FETCH_STOP) != 0)
+                if legacy.any():  # lotus <= 0.1: exhaustion was a flagged fetch (as load_events reads it)
+                    kc[legacy] = S.EV_EXHAUSTED
+                    karg = np.where(legacy, karg & ~S.FETCH_STOP, karg)
+                    n_legacy += int(legacy.sum())
+                lo = arr["loader"][idx].astype(np.int32) + fs.loader_offset
+                acc.add(len(idx), code=kc, start_ns=arr["start_ns"][idx] + fs.shift, dur_ns=arr["dur_ns"][idx],
+                        batch_id=arr["batch_id"][idx], sample=arr["sample"][idx], arg=karg, loader=lo,
+                        epoch=arr["epoch"][idx], **{c: fs.consts[c] for c in ("pid", "role", "worker_id", "rank")})
             slot = slot_of[code]
-            is_op = slot >= 0
-            if is_op.any():
-                moments.add(slot[is_op], arr["dur_ns"][is_op], len(slot_codes))
-                _epoch_sums(by_epoch, arr["epoch"][is_op], slot[is_op], arr["dur_ns"][is_op], len(slot_codes))
+            ops = np.flatnonzero(slot >= 0)
+            if len(ops):
+                sl, dur, ep = slot[ops], arr["dur_ns"][ops], arr["epoch"][ops]
+                sums = moments.add(sl, dur, len(slot_codes))
+                _epoch_sums(by_epoch, ep, sl, dur, len(slot_codes), sums)
             n_events += len(arr)
             row += len(arr)
         if fs is None:  # a file with no record at all
