@@ -14,6 +14,7 @@ missing (a warning naming the gap in time; the rest is analysed).
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 from pathlib import Path
@@ -123,32 +124,53 @@ def _edge_time(path: Path, *, last: bool) -> int | None:
 
 def iter_records(path: Path, offset: int, chunk_records: int):
     """The records of a trace file or part after ``offset``, as numpy arrays of up to ``chunk_records``;
-    a truncated last record (crash mid-write) is dropped with a warning."""
+    a truncated last record (crash mid-write) is dropped with a warning.
+
+    A plain file is read into one reused buffer (no fresh 48 MB allocation per chunk): each array is
+    valid until the next one is asked for; callers copy what they keep (fancy indexing does)."""
     import numpy as np
 
     from lotus.trace.native import RECORD_DTYPE
 
+    size = chunk_records * S.RECORD_SIZE
     n = 0
     with open_raw(path) as f:
         f.read(offset)
-        while True:
-            raw = f.read(chunk_records * S.RECORD_SIZE)
-            if not raw:
-                return
-            whole = len(raw) // S.RECORD_SIZE * S.RECORD_SIZE
-            if whole < len(raw):
-                more = f.read(S.RECORD_SIZE)  # a short read from a stream is not yet the end
-                if more:
-                    raw += more
-                    whole = len(raw) // S.RECORD_SIZE * S.RECORD_SIZE
-            if whole < len(raw) and not f.read(1):
-                _log.warning("%s: record %d truncated (a crashed process?); dropped", path, n + whole // S.RECORD_SIZE)
-            if whole:
-                arr = np.frombuffer(raw, RECORD_DTYPE, count=whole // S.RECORD_SIZE)
-                n += len(arr)
-                yield arr
-            if whole < len(raw):
-                return
+        if isinstance(f, io.BufferedReader):
+            buf = np.empty(size, np.uint8)
+            view = memoryview(buf)
+            filled = 0
+            while True:
+                k = f.readinto(view[filled:])
+                if not k:
+                    break
+                filled += k
+                whole = filled // S.RECORD_SIZE * S.RECORD_SIZE
+                if whole:
+                    arr = buf[:whole].view(RECORD_DTYPE)
+                    n += len(arr)
+                    yield arr
+                    rest = filled - whole
+                    buf[:rest] = buf[whole:filled]
+                    filled = rest
+            rest = filled
+        else:
+            tail = b""
+            while True:
+                raw = f.read(size)
+                if not raw:
+                    break
+                data = tail + raw if tail else raw
+                whole = len(data) // S.RECORD_SIZE * S.RECORD_SIZE
+                tail = data[whole:]
+                if whole:
+                    arr = np.frombuffer(data, RECORD_DTYPE, count=whole // S.RECORD_SIZE)
+                    n += len(arr)
+                    yield arr
+            rest = len(tail)
+    if rest:
+        _log.warning("%s: record %d truncated (%d of %d bytes, a crashed process?); dropped", path, n, rest,
+                     S.RECORD_SIZE)
 
 
 def mark_continued(files: list[dict], info: dict) -> None:

@@ -132,7 +132,7 @@ def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=No
                          "header": header, "clean": False, "defines": {}}, shift, loader_offset)
     defines = fs.consts["defines"]
     for arr in iter_records(path, offset, CHUNK_RECORDS):
-        ids = arr["name_id"]
+        ids = np.ascontiguousarray(arr["name_id"])  # one strided pass; the tests below are then cheap
         ctrl_mask = ids < 0
         if ctrl_mask.any():
             ctrl = arr[ctrl_mask]
