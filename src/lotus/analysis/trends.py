@@ -38,11 +38,24 @@ def _epoch_op_totals(events) -> dict[int, dict[str, float]]:
     from lotus.analysis.stats import _excluded_keys, _rows_of_batches
 
     drop = _excluded_keys(events, None)
-    keep = ~_rows_of_batches(events, drop) if drop is not None else np.ones(len(events), bool)
-    ev = events[keep & events["name"].isin(names).to_numpy()]
-    g = ev.groupby(["epoch", "name"], observed=True)["dur_ns"].sum()
-    for (e, n), v in g.items():
-        out.setdefault(int(e), {})[str(n)] = float(v)
+    keep = ~_rows_of_batches(events, drop) if drop is not None else None
+    cat = events["name"].array
+    codes = np.asarray(cat.codes).astype(np.int64)
+    labels = [str(c) for c in cat.categories]
+    want = np.zeros(len(labels) + 1, bool)
+    want[[labels.index(n) for n in names]] = True
+    sel = want[codes]
+    if keep is not None:
+        sel &= keep
+    ep = events["epoch"].to_numpy()[sel].astype(np.int64)
+    if not len(ep):
+        return out
+    lo = int(ep.min())
+    k = len(labels)
+    sums = np.bincount((ep - lo) * k + codes[sel], weights=events["dur_ns"].to_numpy()[sel].astype(np.float64),
+                       minlength=(int(ep.max()) - lo + 1) * k).reshape(-1, k)
+    for i, j in zip(*np.nonzero(sums), strict=True):
+        out.setdefault(lo + int(i), {})[labels[j]] = float(sums[i, j])
     return out
 
 
