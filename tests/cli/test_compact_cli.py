@@ -61,3 +61,16 @@ def test_full_disk_keeps_the_originals(tmp_path, monkeypatch):
 def test_compact_refuses_original_logs(synth_original):
     r = run("compact", synth_original, ok=False)
     assert r.exit_code == 1 and "only lotus trace files" in r.stderr
+
+
+def test_leftover_temporary_directory_is_not_a_run(tmp_path):
+    from lotus.trace.discover import find_runs
+
+    d = tmp_path / "rot"
+    write(d, rotate_bytes=2048)
+    left = d / ".lotus-compact.tmp"  # what a killed compaction leaves
+    left.mkdir()
+    (left / "lotus-r0-w0-p1.lotustrace.zst").write_bytes(b"half")
+    assert [r.path for r in find_runs(tmp_path)] == [d]
+    run("compact", d)
+    assert not left.exists()
