@@ -8,6 +8,15 @@ median time over ``--repeat`` runs, events/s, and peak memory delta relative to 
 
     python benchmarks/ingest.py                 # 5M events, 3 runs per format
     python benchmarks/ingest.py --events 1000000 --repeat 5 --dir /tmp/lotus-bench
+
+``--cli`` measures instead the commands end to end (issue 17: out-of-core analysis): for each size in
+``--events`` (comma-separated), a synthetic lotus trace is generated once in ``--dir`` and
+``lotus analyze stats`` and ``lotus analyze verdict`` run ``--repeat`` times each as a subprocess
+(pinned to at most 2 CPUs; ``--engine`` sets ``$LOTUS_ENGINE``), reporting the median wall time and the
+peak resident memory of that subprocess (``ru_maxrss`` from ``os.wait4``), and the slope of both in
+the number of events::
+
+    python benchmarks/ingest.py --cli --events 10000000,30000000,100000000 --dir /tmp/lotus17 --repeat 3
 """
 
 from __future__ import annotations
@@ -72,15 +81,70 @@ def measure(run: Path, repeat: int) -> dict:
             "cpus": results[0]["cpus"], "runs": [r["seconds"] for r in results]}
 
 
+def cli_once(cmd: str, run: Path, engine: str) -> tuple[float, int]:
+    """(seconds, peak RSS bytes) of ``lotus analyze CMD -d RUN`` in a fresh process."""
+    import time
+
+    env = {**os.environ, "LOTUS_ENGINE": engine}
+    pre = "import os; os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2]); from lotus.cli import main; main()"
+    t = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-c", pre, "analyze", cmd, "-d", str(run)], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    dt = time.perf_counter() - t
+    if status != 0:
+        raise SystemExit(f"lotus analyze {cmd} failed on {run}: {p.stderr.read().decode()[-500:]}")
+    return dt, usage.ru_maxrss * 1024
+
+
+def cli_bench(sizes: list[int], root: Path, repeat: int, engine: str) -> dict:
+    from lotus.trace.synthetic import spec_for_events, write_native
+
+    rows = []
+    print(f"{'events':>12} {'GiB':>6} {'command':8} {'median s':>9} {'peak MiB':>9}  engine={engine}")
+    for n in sizes:
+        run = root / f"lotus_{n}"
+        if not run.exists():
+            write_native(run, spec_for_events(n, "lotus", n_workers=4, batch_size=32))
+        for p in run.iterdir():  # warm the page cache
+            with open(p, "rb") as f:
+                while f.read(1 << 24):
+                    pass
+        for cmd in ("stats", "verdict"):
+            res = [cli_once(cmd, run, engine) for _ in range(repeat)]
+            row = {"events": n, "bytes": size_of(run), "command": cmd, "seconds": statistics.median(r[0] for r in res),
+                   "peak_bytes": max(r[1] for r in res), "runs": [r[0] for r in res]}
+            rows.append(row)
+            print(f"{n:>12,} {row['bytes'] / 2**30:>6.2f} {cmd:8} {row['seconds']:>9.2f} "
+                  f"{row['peak_bytes'] / 2**20:>9.0f}")
+    for cmd in ("stats", "verdict"):
+        r = [x for x in rows if x["command"] == cmd]
+        if len(r) > 1:
+            dn = (r[-1]["events"] - r[0]["events"]) / 1e6
+            print(f"{cmd}: slope {(r[-1]['seconds'] - r[0]['seconds']) / dn:.3f} s and "
+                  f"{(r[-1]['peak_bytes'] - r[0]['peak_bytes']) / 2**20 / dn:.2f} MiB per million events")
+    return {"engine": engine, "rows": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--events", type=int, default=5_000_000)
+    ap.add_argument("--events", default="5000000", help="events (comma-separated sizes with --cli)")
+    ap.add_argument("--cli", action="store_true", help="time `lotus analyze stats/verdict` end to end (see above)")
+    ap.add_argument("--engine", default="auto", choices=["auto", "memory", "scan"], help="with --cli")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", type=Path, default=None, help="where to generate traces (kept); default a temp dir")
     args = ap.parse_args()
     ctx = tempfile.TemporaryDirectory() if args.dir is None else None
     root = Path(ctx.name) if ctx else args.dir
     root.mkdir(parents=True, exist_ok=True)
+    if args.cli:
+        try:
+            print(json.dumps(cli_bench([int(x) for x in args.events.split(",")], root, args.repeat, args.engine)))
+        finally:
+            if ctx:
+                ctx.cleanup()
+        return
+    args.events = int(args.events)
     try:
         runs = generate(root, args.events)
         report = {}

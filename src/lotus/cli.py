@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("lotus.commands.report:report", "One self-contained HTML report (plus report.json)."),
     "diff": ("lotus.commands.diff:diff", "What got slower or faster between two runs."),
     "export": ("lotus.commands.export:export", "Export events and batches to Parquet."),
+    "compact": ("lotus.commands.compact:compact", "Stitch rotated parts and compress a finished run, once."),
     "map": ("lotus.commands.map:map_group", "LotusMap: map Python ops to the native functions they run."),
     "hw": ("lotus.commands.hw:hw", "Attribute hardware metrics (VTune/uProf) to Python ops."),
     "top": ("lotus.commands.top:top", "Live view of a running job from the trace files it is writing."),

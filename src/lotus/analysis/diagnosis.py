@@ -24,7 +24,15 @@ import math
 
 import numpy as np
 
-from lotus.analysis.stats import PER_BATCH_OPS, op_durations, op_mean_ci95_ms, prepared
+from lotus.analysis.stats import (
+    PER_BATCH_OPS,
+    _excluded_keys,
+    op_durations,
+    op_engine,
+    op_mean_ci95_ms,
+    op_table,
+    prepared,
+)
 from lotus.analysis.wait import wait_stats
 from lotus.trace.batches import detail_share, ok_batches, outcome_summary, worker_label
 
@@ -113,17 +121,25 @@ def worker_utilisation(batches):
 def slowest_ops(events, batches) -> list[dict]:
     """Parts of preprocessing by total time (largest first): name, calls, mean ms, total s, share."""
     prep_total = float(prepared(batches)["prep_dur_ns"].sum(skipna=True) or 0)
-    durations = {n: d for n, d in op_durations(events).items() if n not in _NOT_OPS and d.size}
-    share = detail_share(events) if durations else 1.0
-    ci = op_mean_ci95_ms(events, [n for n in durations if n not in PER_BATCH_OPS]) if share < 1.0 else {}
+    durations = None
+    if op_engine(events) is not None:  # a scanned run: counts and sums from the engine (exact)
+        sizes = {n: (t["count"], t.get("sum_ns", 0.0)) for n, t in op_table(events).items()}
+    else:
+        durations = op_durations(events)
+        sizes = {n: (d.size, float(d.sum()) if d.size else 0.0) for n, d in durations.items()}
+    sizes = {n: v for n, v in sizes.items() if n not in _NOT_OPS and v[0]}
+    share = detail_share(events) if sizes else 1.0
+    names = [n for n in sizes if n not in PER_BATCH_OPS]
+    ci = {} if share >= 1.0 else (op_mean_ci95_ms(events, names) if durations is not None
+                                  else op_engine(events).op_mean_ci95_ms(names, _excluded_keys(events, None)))
     rows = []
-    for name, d in durations.items():
+    for name, (calls, total) in sizes.items():
         scale = 1.0 if name in PER_BATCH_OPS else share  # per-sample ops of detail batches only: estimate
-        total = float(d.sum()) / scale
-        row = {"name": name, "calls": round(d.size / scale), "mean_ms": float(d.sum()) / d.size / 1e6,
-               "total_s": total / 1e9, "share_of_preprocessing": total / prep_total if prep_total else None}
+        row = {"name": name, "calls": round(calls / scale), "mean_ms": total / calls / 1e6,
+               "total_s": total / scale / 1e9,
+               "share_of_preprocessing": total / scale / prep_total if prep_total else None}
         if scale < 1.0:
-            row.update(sampled_share=scale, calls_sampled=int(d.size), mean_ci95_ms=ci.get(name))
+            row.update(sampled_share=scale, calls_sampled=int(calls), mean_ci95_ms=ci.get(name))
         rows.append(row)
     return sorted(rows, key=lambda r: -r["total_s"])
 

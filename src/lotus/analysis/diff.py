@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from lotus.analysis.diagnosis import loop_spans
-from lotus.analysis.stats import KEY, describe_ms, op_durations, prepared
+from lotus.analysis.stats import KEY, describe_ms, op_stats, prepared
 from lotus.trace.batches import outcome_summary
 
 _COMPARED = ("mean", "median", "p90", "sum")
@@ -55,10 +55,10 @@ def _wait_share(batches) -> float | None:
 
 def diff_runs(a_events, a_batches, b_events, b_batches, *, top: int = 10) -> dict:
     """Changes from run A to run B (see the module doc)."""
-    ops_a, ops_b = op_durations(a_events), op_durations(b_events)
+    ops_a, ops_b = op_stats(a_events), op_stats(b_events)  # either engine (lotus.analysis.runs)
     ops = {}
     for name in list(dict.fromkeys([*ops_a, *ops_b])):
-        ops[name] = _compare(describe_ms(ops_a.get(name, [])), describe_ms(ops_b.get(name, [])))
+        ops[name] = _compare(ops_a.get(name) or describe_ms([]), ops_b.get(name) or describe_ms([]))
     prep = _compare(describe_ms(prepared(a_batches)["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)),
                     describe_ms(prepared(b_batches)["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)))
     matched = batch_changes(a_batches, b_batches)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def _attrs_json(df) -> bytes:
-    return json.dumps(df.attrs, default=str).encode()
+    return json.dumps({k: v for k, v in df.attrs.items() if k != "op_engine"}, default=str).encode()
 
 
 def export_parquet(events, batches, out_dir: str | os.PathLike) -> list[Path]:
@@ -20,7 +20,15 @@ def export_parquet(events, batches, out_dir: str | os.PathLike) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
+    engine = events.attrs.get("op_engine")
+    if engine is not None:  # a scanned run: every event streamed from the files, chunk by chunk
+        from lotus.trace.rescan import export_events
+
+        attrs = {k: v for k, v in events.attrs.items() if k != "op_engine"}
+        paths.append(export_events(engine, out / "events.parquet", json.dumps(attrs, default=str).encode()))
     for name, df in (("events", events), ("batches", batches)):
+        if name == "events" and engine is not None:
+            continue
         plain = df.copy(deep=False)
         plain.attrs = {}
         table = pa.Table.from_pandas(plain, preserve_index=False)

@@ -16,6 +16,7 @@ from lotus.analysis.diagnosis import verdict
 from lotus.analysis.info import outcome_note
 from lotus.analysis.jsonutil import dumps
 from lotus.analysis.stats import config_stats
+from lotus.analysis.trends import trends
 from lotus.analysis.wait import wait_stats
 from lotus.trace.batches import outcome_summary
 
@@ -47,6 +48,7 @@ def build_report(configs, *, remove_outliers: bool = False, data_dir: str | None
             "wait": wait_stats(c.batches),
             "outcomes": outcome_summary(c.batches),
             "throughput": _throughput(c),
+            "trends": trends(c.events, c.batches),
         }
     if data_dir is not None:
         from lotus.analysis.profiles import find_profiles
@@ -140,6 +142,7 @@ def _config_section(name: str, c: dict) -> str:
               _fmt(w["delay_ms"]["median"]), _fmt(hol["blocked_ms"]), _fmt(hol["in_order_false_saving_ms"])]]))
     else:
         parts.append(f'<h3>Wait and delay</h3><p class="muted">Wait unknown: {html.escape(w["reason"])}.</p>')
+    parts.append(_trends_section(c.get("trends") or {}))
     workers = v["workers"]["per_worker"]
     if workers:
         parts.append("<h3>Workers</h3>" + _table(["worker", "busy"], [[html.escape(k), _pct(s)]
@@ -254,6 +257,26 @@ def render_html(report: dict, figures: list[tuple[str, bytes]] = (), *, title: s
                          f"<figcaption>{html.escape(caption)}</figcaption></figure>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _trends_section(t: dict) -> str:
+    """Per-epoch and per-bucket tables (only when there is more than one row to compare)."""
+    out = []
+    ep = t.get("per_epoch") or []
+    if len(ep) > 1:
+        out.append("<h3>Trend per epoch</h3>" + _table(
+            ["epoch", "batches", "samples/s", "wait share", "slowest op", "its share"],
+            [[str(r["epoch"]), _fmt(r["batches"]), _fmt(r["samples_per_s"]), _pct(r["wait_share"]),
+              html.escape(r["slowest_op"] or "-"), _pct(r["slowest_op_share"])] for r in ep]))
+    bk = t.get("per_bucket") or []
+    if len(bk) > 1:
+        unit = "h" if t["bucket_s"] == 3600 else "s"
+        scale = 3600 if unit == "h" else 1
+        out.append(f"<h3>Trend over time (buckets of {_fmt(t['bucket_s'])} s)</h3>" + _table(
+            [f"from ({unit})", "batches", "samples/s", "wait share"],
+            [[_fmt(r["start_s"] / scale), _fmt(r["batches"]), _fmt(r["samples_per_s"]), _pct(r["wait_share"])]
+             for r in bk]))
+    return "\n".join(out)
 
 
 def write_report(configs, out_html: str | os.PathLike, *, remove_outliers: bool = False, figures: bool = True,

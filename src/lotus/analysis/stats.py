@@ -91,9 +91,25 @@ def preprocessing_stats(batches, *, remove_outliers: bool = False, by: str | Non
             for k, g in b.groupby(by, sort=True)}
 
 
+def op_engine(events):
+    """The out-of-core engine of a scanned run (:mod:`lotus.trace.scan`), or None for full events."""
+    return getattr(events, "attrs", {}).get("op_engine")
+
+
+def _excluded_keys(events, exclude):
+    import pandas as pd
+
+    from lotus.trace.batches import fetch_outcomes
+
+    drop = [d[KEY] for d in (fetch_outcomes(events), exclude) if d is not None and len(d)]
+    return pd.concat(drop, ignore_index=True) if drop else None
+
+
 def op_names(events) -> list[str]:
     """Ops present in ``events``, in pipeline order: load, transform ops (by first occurrence), transform,
     sample, collate."""
+    if op_engine(events) is not None:
+        return op_engine(events).op_order()
     cat = events["name"].array
     codes = np.asarray(cat.codes)
     if codes.size == 0:
@@ -147,6 +163,23 @@ def _rows_of_batches(events, batches) -> np.ndarray:
     return mask
 
 
+def op_table(events, *, exclude=None) -> dict[str, dict]:
+    """Per op (pipeline order): count, sum_ns, mean_ns... from the engine of a scanned run (quantiles
+    approximate: see :mod:`lotus.trace.scan`)."""
+    return op_engine(events).op_table(_excluded_keys(events, exclude))
+
+
+def _describe_table(t: dict) -> dict:
+    if not t.get("count"):
+        return describe_ms([])
+    d = {"count": t["count"], "sum": t["sum_ns"] / 1e6, "mean": t["mean_ns"] / 1e6, "std": t["std_ns"] / 1e6}
+    d["std_pct"] = d["std"] / d["mean"] * 100 if d["mean"] else None
+    d.update(min=t["min_ns"] / 1e6, max=t["max_ns"] / 1e6, median=t["median_ns"] / 1e6, p25=t["p25_ns"] / 1e6,
+             p75=t["p75_ns"] / 1e6)
+    d.update(iqr=d["p75"] - d["p25"], p90=t["p90_ns"] / 1e6, p99=t["p99_ns"] / 1e6)
+    return {k: d[k] for k in STAT_KEYS}
+
+
 def op_stats(events, *, exclude=None) -> dict[str, dict]:
     """Statistics (ms per call) of every op, in pipeline order (see the module doc).
 
@@ -157,11 +190,16 @@ def op_stats(events, *, exclude=None) -> dict[str, dict]:
     added. A trace in full detail gets neither key."""
     from lotus.trace.batches import detail_share
 
-    durations = op_durations(events, exclude=exclude)
-    out = {n: describe_ms(d) for n, d in durations.items()}
-    share = detail_share(events) if durations else 1.0
+    scanned = op_engine(events) is not None
+    if scanned:
+        out = {n: _describe_table(t) for n, t in op_table(events, exclude=exclude).items()}
+    else:
+        out = {n: describe_ms(d) for n, d in op_durations(events, exclude=exclude).items()}
+    share = detail_share(events) if out else 1.0
     if share < 1.0:
-        ci = op_mean_ci95_ms(events, [n for n in durations if n not in PER_BATCH_OPS], exclude=exclude)
+        names = [n for n in out if n not in PER_BATCH_OPS]
+        ci = (op_engine(events).op_mean_ci95_ms(names, _excluded_keys(events, exclude)) if scanned
+              else op_mean_ci95_ms(events, names, exclude=exclude))
         for n, st in out.items():
             if n in PER_BATCH_OPS:
                 continue
@@ -208,9 +246,12 @@ def op_totals_s(events) -> dict[str, float]:
     share of its batches is scaled to all of them."""
     from lotus.trace.batches import detail_share
 
-    durations = op_durations(events)
-    share = detail_share(events) if durations else 1.0
-    return {n: float(d.sum()) / 1e9 / (1.0 if n in PER_BATCH_OPS else share) for n, d in durations.items()}
+    if op_engine(events) is not None:
+        sums = {n: t.get("sum_ns", 0.0) for n, t in op_table(events).items()}
+    else:
+        sums = {n: float(d.sum()) for n, d in op_durations(events).items()}
+    share = detail_share(events) if sums else 1.0
+    return {n: s / 1e9 / (1.0 if n in PER_BATCH_OPS else share) for n, s in sums.items()}
 
 
 def config_stats(events, batches, *, remove_outliers: bool = False) -> dict:

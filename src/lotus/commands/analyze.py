@@ -71,10 +71,11 @@ def echo_outcomes(outcomes: dict, *, dispatched: bool = False, lead: str = "not 
         click.echo(f"  {lead}: {note}")
 
 
-def configs_of(data_dir: Path):
+def configs_of(data_dir: Path, engine: str = "memory"):
+    """Configs of ``data_dir``; ``engine="auto"`` for commands that work on scanned runs (large traces)."""
     from lotus.analysis.runs import iter_configs
 
-    return iter_configs(data_dir)
+    return iter_configs(data_dir, engine=engine)
 
 
 # -- the group ----------------------------------------------------------------------------------------
@@ -100,7 +101,7 @@ def stats(data_dir: Path, remove_outliers: bool, output: Path | None, per_rank: 
 
     result = {}
     ranks = {}
-    for cfg in configs_of(data_dir):
+    for cfg in configs_of(data_dir, "auto"):
         result[cfg.name] = config_stats(cfg.events, cfg.batches, remove_outliers=remove_outliers)
         if per_rank:
             ranks[cfg.name] = preprocessing_stats(cfg.batches, remove_outliers=remove_outliers, by="rank")
@@ -166,7 +167,7 @@ def wait(data_dir: Path, sort: str, fig_dir: Path | None, top: int, as_json: boo
     from lotus.trace.batches import outcome_summary
 
     doc = {"configs": {}}
-    for cfg in configs_of(data_dir):
+    for cfg in configs_of(data_dir, "auto"):
         summary = wait_stats(cfg.batches)
         table = wait_table(cfg.batches, sort=sort) if summary["known"] else None
         if as_json:
@@ -231,7 +232,7 @@ def verdict_cmd(data_dir: Path, as_json: bool, per_rank: bool, fail_fraction: fl
 
     doc = {"configs": {}}
     failed = []
-    for cfg in configs_of(data_dir):
+    for cfg in configs_of(data_dir, "auto"):
         v = verdict(cfg.events, cfg.batches, loaders=cfg.loaders)
         doc["configs"][cfg.name] = v
         if fail_fraction is not None and v["wait_share"] is not None and v["wait_share"] > fail_fraction:

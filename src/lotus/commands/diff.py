@@ -19,7 +19,7 @@ def diff(run_a: Path, run_b: Path, top: int, as_json: bool) -> None:
     from lotus.analysis.diff import diff_runs
     from lotus.analysis.runs import load_config
 
-    a, b = load_config(run_a), load_config(run_b)
+    a, b = load_config(run_a, engine="auto"), load_config(run_b, engine="auto")
     d = diff_runs(a.events, a.batches, b.events, b.batches, top=top)
     if as_json:
         echo_json({"a": str(run_a), "b": str(run_b), **d})

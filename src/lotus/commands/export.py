@@ -19,10 +19,11 @@ def export(data_dir: Path, out_dir: Path) -> None:
     from lotus.analysis.plots import safe_name
 
     n = 0
-    for cfg in configs_of(data_dir):
+    for cfg in configs_of(data_dir, "auto"):
         with writing(out_dir):
             paths = export_parquet(cfg.events, cfg.batches, out_dir / safe_name(cfg.name))
-        click.echo(f"{cfg.name}: {len(cfg.events)} events, {len(cfg.batches)} batches -> "
+        n_events = sum(f.get("events", 0) for f in cfg.files) if "op_engine" in cfg.events.attrs else len(cfg.events)
+        click.echo(f"{cfg.name}: {n_events} events, {len(cfg.batches)} batches -> "
                    + ", ".join(str(p) for p in paths))
         n += 1
     click.echo(f"{n} config(s) exported to {out_dir}")

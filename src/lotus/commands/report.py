@@ -20,7 +20,7 @@ def report(data_dir: Path, out: Path, remove_outliers: bool, no_figures: bool) -
     from lotus.analysis.report import write_report
     from lotus.analysis.runs import load_configs
 
-    configs = load_configs(data_dir)
+    configs = load_configs(data_dir, engine="auto")
     with writing(out):
         html_path, json_path = write_report(configs, out, remove_outliers=remove_outliers,
                                             figures=not no_figures, data_dir=str(data_dir))

@@ -172,9 +172,11 @@ def batches_from_events(events):
     # worker_id of batches seen only from the main side: the worker it was dispatched to
     out["worker_id"] = out["worker_id"].fillna(out["dispatch_worker"])
     # a detail batch carries per-sample/per-op records: flagged by its fetch (format >= 2), or any batch
-    # with per-sample events (earlier formats, original logs: every batch)
+    # with per-sample events (earlier formats, original logs: every batch; a scanned run keeps no per-sample
+    # events, so a run without any flag counts every batch as detail, as detail_share does)
     has_samples = (col("_n_sample").fillna(0) > 0) | (col("_n_load").fillna(0) > 0)
-    out["detail"] = (((flags.fillna(0).clip(lower=0) & S.FETCH_DETAIL) != 0) | has_samples).astype(bool)
+    flagged = (flags.fillna(0).clip(lower=0) & S.FETCH_DETAIL) != 0
+    out["detail"] = (flagged | has_samples | (not bool(flagged.any()))).astype(bool)
     out = out.sort_values(KEY, ignore_index=True)
     out.attrs.update(events.attrs)
     out.attrs.update(df.attrs)

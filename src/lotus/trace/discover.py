@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lotus.errors import InputError, NoTraceError
-from lotus.trace import schema as S
 from lotus.trace.original import ORIGINAL_NAME
+from lotus.trace.parts import is_trace_name
 
 KINETO_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 
@@ -34,7 +34,7 @@ class Run:
 
 def _classify(run: Run, p: Path) -> None:
     name = p.name
-    if name.endswith(S.FILE_SUFFIX):
+    if is_trace_name(name):  # parts too, compressed or not (lotus.trace.parts)
         run.native.append(p)
     elif ORIGINAL_NAME.match(name):
         run.original.append(p)
@@ -82,7 +82,7 @@ def find_runs(path: str | os.PathLike) -> list[Run]:
         return [run]
     runs: list[Run] = []
     for dirpath, dirnames, _ in os.walk(root):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".lotus-compact"))  # lotus compact's
         rel = os.path.relpath(dirpath, root)
         run = scan_run(dirpath, name=root.resolve().name if rel == "." else rel.replace(os.sep, "/"))
         if run.has_trace:

@@ -35,8 +35,9 @@ import numpy as np
 from lotus.errors import InputError
 from lotus.trace import schema as S
 from lotus.trace.discover import Run, find_run
-from lotus.trace.native import RECORD_DTYPE, derive_sample_spans, read_header
+from lotus.trace.native import derive_sample_spans, read_header
 from lotus.trace.original import PLACEHOLDER_WAIT_NS, read_original_log, release_freed_memory
+from lotus.trace.parts import iter_records, mark_continued, stitch
 
 _log = logging.getLogger("lotus.trace")
 _CHUNK_RECORDS = 1 << 20
@@ -151,10 +152,6 @@ LOADER_STRIDE = 1000  # loader ids of the k-th process of a rank: k * 1000 + its
 
 def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: int = 0) -> None:
     header, offset = read_header(path)
-    size = path.stat().st_size
-    n = (size - offset) // S.RECORD_SIZE
-    if (size - offset) % S.RECORD_SIZE:
-        _log.warning("%s: record %d truncated (a crashed process?); dropped", path, n)
     shift = offsets.get(header.get("boot_id", ""), int(header["anchor_wall_ns"]) - int(header["anchor_mono_ns"]))
     # Local name id -> run-wide code. Built-ins map to themselves.
     lut = np.full(S.MAX_NAME_ID + 1, -1, np.int32)
@@ -168,59 +165,51 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
     derive = int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE
     consts = {"pid": int(header.get("pid", -1)), "role": _ROLES.index(role) if role in _ROLES else 0,
               "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0))}
-    with open(path, "rb") as f:
-        f.seek(offset)
-        remaining = n
-        while remaining > 0:
-            count = min(remaining, _CHUNK_RECORDS)
-            arr = np.fromfile(f, dtype=RECORD_DTYPE, count=count)
-            remaining -= count
-            if len(arr) == 0:
-                break
+    for arr in iter_records(path, offset, _CHUNK_RECORDS):
+        ids = arr["name_id"]
+        ctrl_mask = ids < 0
+        if ctrl_mask.any():
+            ctrl = arr[ctrl_mask]
+            raw = ctrl.view(np.uint8).reshape(len(ctrl), S.RECORD_SIZE)
+            touched = set()
+            for i, rec in enumerate(ctrl):
+                if rec["name_id"] == S.CTRL_DEFINE:
+                    key = (int(rec["loader"]), int(rec["epoch"]))
+                    defines.setdefault(key, []).append(raw[i, 8:].tobytes())
+                    if key[0] == S.NS_EVENT_NAME and 0 <= key[1] <= S.MAX_NAME_ID:
+                        touched.add(key)
+                elif rec["name_id"] == S.CTRL_END:
+                    clean = True
+            for key in touched:
+                name = b"".join(defines[key]).rstrip(b"\0").decode(errors="replace")
+                if name in S.EVENTS_BY_NAME:
+                    name += " (op)"  # a user op named like a built-in event
+                lut[key[1]] = acc.code(name, S.OP_CAT)
+            arr = arr[~ctrl_mask]
             ids = arr["name_id"]
-            ctrl_mask = ids < 0
-            if ctrl_mask.any():
-                ctrl = arr[ctrl_mask]
-                raw = ctrl.view(np.uint8).reshape(len(ctrl), S.RECORD_SIZE)
-                touched = set()
-                for i, rec in enumerate(ctrl):
-                    if rec["name_id"] == S.CTRL_DEFINE:
-                        key = (int(rec["loader"]), int(rec["epoch"]))
-                        defines.setdefault(key, []).append(raw[i, 8:].tobytes())
-                        if key[0] == S.NS_EVENT_NAME and 0 <= key[1] <= S.MAX_NAME_ID:
-                            touched.add(key)
-                    elif rec["name_id"] == S.CTRL_END:
-                        clean = True
-                for key in touched:
-                    name = b"".join(defines[key]).rstrip(b"\0").decode(errors="replace")
-                    if name in S.EVENTS_BY_NAME:
-                        name += " (op)"  # a user op named like a built-in event
-                    lut[key[1]] = acc.code(name, S.OP_CAT)
-                arr = arr[~ctrl_mask]
-                ids = arr["name_id"]
-            if derive:  # version >= 2: load/transform spans are derived from sample and op records
-                arr = derive_sample_spans(arr)
-                ids = arr["name_id"]
+        if derive:  # version >= 2: load/transform spans are derived from sample and op records
+            arr = derive_sample_spans(arr)
+            ids = arr["name_id"]
+        code = lut[ids]
+        if (code < 0).any():
+            for bad in np.unique(ids[code < 0]):
+                nm = S.EVENTS_BY_ID.get(int(bad))
+                lut[bad] = acc.code(f"unknown:{bad}", "unknown")
+                _log.warning("%s: event id %d is not defined in this file%s; kept as 'unknown:%d'",
+                             path, bad, "" if nm is None else f" ({nm.name})", bad)
             code = lut[ids]
-            if (code < 0).any():
-                for bad in np.unique(ids[code < 0]):
-                    nm = S.EVENTS_BY_ID.get(int(bad))
-                    lut[bad] = acc.code(f"unknown:{bad}", "unknown")
-                    _log.warning("%s: event id %d is not defined in this file%s; kept as 'unknown:%d'",
-                                 path, bad, "" if nm is None else f" ({nm.name})", bad)
-                code = lut[ids]
-            arg = arr["arg"]
-            legacy = (ids == S.EV_FETCH) & (arg > 0) & ((arg & S.FETCH_STOP) != 0)
-            if legacy.any():  # lotus <= 0.1: exhaustion was a flagged fetch; now its own event kind
-                code[legacy] = S.EV_EXHAUSTED
-                arg = np.where(legacy, arg & ~S.FETCH_STOP, arg)
-                n_legacy += int(legacy.sum())
-            acc.add(len(arr), code=code, start_ns=arr["start_ns"] + shift, dur_ns=arr["dur_ns"],
-                    batch_id=arr["batch_id"], sample=arr["sample"], arg=arg,
-                    loader=arr["loader"] if not loader_offset else arr["loader"].astype(np.int32) + loader_offset,
-                    epoch=arr["epoch"], **consts)
-            n_events += len(arr)
-            del arr, ids, code, arg
+        arg = arr["arg"]
+        legacy = (ids == S.EV_FETCH) & (arg > 0) & ((arg & S.FETCH_STOP) != 0)
+        if legacy.any():  # lotus <= 0.1: exhaustion was a flagged fetch; now its own event kind
+            code[legacy] = S.EV_EXHAUSTED
+            arg = np.where(legacy, arg & ~S.FETCH_STOP, arg)
+            n_legacy += int(legacy.sum())
+        acc.add(len(arr), code=code, start_ns=arr["start_ns"] + shift, dur_ns=arr["dur_ns"],
+                batch_id=arr["batch_id"], sample=arr["sample"], arg=arg,
+                loader=arr["loader"] if not loader_offset else arr["loader"].astype(np.int32) + loader_offset,
+                epoch=arr["epoch"], **consts)
+        n_events += len(arr)
+        del arr, ids, code, arg
     loaders = {}
     for (ns, key), chunks in defines.items():
         if ns == S.NS_LOADER:
@@ -307,6 +296,7 @@ def events_of_run(run: Run, *, sort: bool = False):
     per_process = loader_offsets(good_native)
     for p in good_native:
         _native_file(acc, p, offsets, per_process.get(p, 0))
+    mark_continued(acc.files, stitch(good_native))
     if run.original:
         pids = sorted(int(p.name.rsplit("_", 1)[1]) for p in run.original if "_worker_pid_" in p.name)
         worker_ids = {pid: i for i, pid in enumerate(pids)}

@@ -47,13 +47,15 @@ class TraceFile:
 
 def is_native_trace(path: str | os.PathLike) -> bool:
     p = Path(path)
-    return p.is_file() and p.name.endswith(S.FILE_SUFFIX)
+    return p.is_file() and p.name.endswith((S.FILE_SUFFIX, S.FILE_SUFFIX + ".zst"))
 
 
 def read_header(path: str | os.PathLike) -> tuple[dict, int]:
     """The JSON header and the byte offset of the first record."""
+    from lotus.trace.parts import open_raw
+
     p = Path(path)
-    with open(p, "rb") as f:
+    with open_raw(p) as f:
         pre = f.read(S.PREAMBLE.size)
         if len(pre) < S.PREAMBLE.size:
             raise InputError("empty or truncated trace file (no complete preamble)", p)

@@ -5,6 +5,15 @@ appends 48 bytes to a bytearray (no I/O, no lock, no Python object kept alive). 
 bound (per batch in workers, by size/time in the main process); :meth:`TraceWriter.flush` is the only
 place that touches the file. Any I/O failure disables the writer with one warning; later records
 are dropped and the buffer stays bounded.
+
+Rotation (day-long runs): with ``$LOTUS_ROTATE_MB`` and/or ``$LOTUS_ROTATE_S`` (or ``rotate_bytes=`` /
+``rotate_s=``) a flush that leaves the current file at least that large, or that old, closes it and
+continues in the next *part*, ``<name>.part0001.lotustrace`` and so on. Every part is a complete trace
+file: the same header (plus ``"part": k`` and ``"repeated_defines": n``) and the ``n`` definition records
+made so far, repeated first; only the last part gets the END record. With ``$LOTUS_COMPRESS_PARTS=1`` a
+closed part is zstd-compressed by a background thread into ``<part>.zst`` (written to a temporary name,
+renamed when complete; the plain part is then removed). The readers stitch parts back together
+(:mod:`lotus.trace.parts`).
 """
 
 from __future__ import annotations
@@ -26,6 +35,14 @@ from lotus.trace import schema as S
 _FLUSH_BYTES = 256 * 1024
 _FLUSH_INTERVAL_NS = 1_000_000_000
 _TIMER_PERIOD_S = 0.5  # the flusher thread writes whatever is buffered this often (records are <= ~0.5 s late)
+
+
+def _env_number(name: str) -> float | None:
+    try:
+        v = float(os.environ.get(name, "") or "nan")
+    except ValueError:
+        return None
+    return v if v > 0 else None
 
 
 def _boot_id() -> str:
@@ -53,8 +70,19 @@ class TraceWriter:
         worker_id: int = S.NO_ID,
         flush_bytes: int = _FLUSH_BYTES,
         extra: dict | None = None,
+        rotate_bytes: int | None = None,
+        rotate_s: float | None = None,
     ) -> None:
         self.pid = os.getpid()
+        mb = _env_number("LOTUS_ROTATE_MB")
+        self.rotate_bytes = rotate_bytes or (int(mb * 2**20) if mb else None)
+        self.rotate_ns = int((rotate_s or _env_number("LOTUS_ROTATE_S") or 0) * 1e9) or None
+        self.compress_parts = os.environ.get("LOTUS_COMPRESS_PARTS", "").strip().lower() in ("1", "true", "yes")
+        self._part = 0
+        self._part_bytes = 0
+        self._part_start_ns = time.monotonic_ns()
+        self._defined = bytearray()  # every definition so far: repeated at the start of each part
+        self._header_extra: dict = {}
         self.role = role
         self.rank = rank
         self.worker_id = worker_id
@@ -84,17 +112,24 @@ class TraceWriter:
                     path = d / (trace_file_name(role, rank, self.pid, worker_id)[: -len(S.FILE_SUFFIX)]
                                 + f"-{n}{S.FILE_SUFFIX}")
             self.path = path
-            self._file.write(self._preamble(world_size, extra))
+            self._base_path = path
+            if self.rotate_bytes or self.rotate_ns:
+                extra = {**(extra or {}), "part": 0}
+            self._header_extra = {"world_size": world_size, "extra": extra}
+            self._part_bytes = self._file.write(self._preamble(world_size, extra))
         except Exception as exc:
             self._fail(f"cannot create a trace file in {os.fspath(trace_dir)!r}: {exc}")
         if self.ok:
             _timer.add(self)
 
     # -- header -----------------------------------------------------------------------------
-    def _preamble(self, world_size: int, extra: dict | None) -> bytes:
+    def _preamble(self, world_size: int, extra: dict | None, anchor: tuple[int, int] | None = None) -> bytes:
         wall = time.time_ns()
         mono = time.monotonic_ns()
         wall = (wall + time.time_ns()) // 2  # anchor pair read as close together as possible
+        if anchor is not None:  # a later part keeps the first part's anchor: one clock per process
+            wall, mono = anchor
+        self._anchor = (wall, mono)
         header = {
             "format": "lotus-trace",
             "version": S.FORMAT_VERSION,
@@ -135,10 +170,14 @@ class TraceWriter:
     def _define(self, namespace: int, key: int, text: str) -> None:
         raw = text.encode()
         pack = self.pack
+        out = b""
         for i in range(0, max(len(raw), 1), S.PAYLOAD_BYTES):
             chunk = raw[i : i + S.PAYLOAD_BYTES].ljust(S.PAYLOAD_BYTES, b"\0")
             # the payload occupies the five int64 fields
-            self.buf += pack(S.CTRL_DEFINE, namespace, key, 0, 0, 0, 0, 0)[:8] + chunk
+            out += pack(S.CTRL_DEFINE, namespace, key, 0, 0, 0, 0, 0)[:8] + chunk
+        with self._lock:  # a rotation repeats exactly the definitions already in the closed part
+            self.buf += out
+            self._defined += out
 
     def name_id(self, name: str) -> int:
         """Id of a dynamically named event (an op); defines it in the file on first use."""
@@ -174,13 +213,35 @@ class TraceWriter:
             data = bytes(self.buf)
             del self.buf[: len(data)]  # records appended meanwhile by another thread survive
             self._last_flush_ns = time.monotonic_ns()
+            defined = len(self._defined)  # definitions in ``data`` (appended under this lock)
             try:
                 view = memoryview(data)
                 while view:
                     n = self._file.write(view)
+                    self._part_bytes += n
                     view = view[n:]
+                if (self.rotate_bytes and self._part_bytes >= self.rotate_bytes) or (
+                        self.rotate_ns and self._last_flush_ns - self._part_start_ns >= self.rotate_ns):
+                    self._rotate(defined)
             except Exception as exc:
                 self._fail(f"cannot write {self.path}: {exc}")
+
+    def _rotate(self, defined: int) -> None:
+        """Close the current part and continue in the next (under ``_lock``, after a full write)."""
+        old = self.path
+        self._file.close()
+        self._part += 1
+        stem = self._base_path.name[: -len(S.FILE_SUFFIX)]
+        path = self._base_path.with_name(f"{stem}.part{self._part:04d}{S.FILE_SUFFIX}")
+        self._file = open(path, "xb", buffering=0)  # noqa: SIM115 - lives as long as the writer
+        self.path = path
+        extra = {**(self._header_extra["extra"] or {}), "part": self._part,
+                 "repeated_defines": defined // S.RECORD_SIZE}
+        head = self._preamble(self._header_extra["world_size"], extra, anchor=self._anchor)
+        self._part_bytes = self._file.write(head + bytes(self._defined[:defined]))
+        self._part_start_ns = time.monotonic_ns()
+        if self.compress_parts:
+            threading.Thread(target=compress_part, args=(old,), name="lotus-trace-compress", daemon=True).start()
 
     def maybe_flush(self, now_ns: int | None = None) -> None:
         """Flush when the buffer is over its size bound or older than one second."""
@@ -207,6 +268,29 @@ class TraceWriter:
                     self._file = None
         except Exception as exc:
             self._fail(f"cannot close {self.path}: {exc}")
+
+
+def compress_part(path: Path) -> Path | None:
+    """zstd-compress a closed trace part into ``<path>.zst`` (temporary name, then rename; the plain file
+    is removed only then). Returns the new path, or None (one warning) when it failed."""
+    tmp = path.with_name(path.name + ".zst.tmp")
+    try:
+        import pyarrow as pa
+
+        with open(path, "rb") as src, pa.output_stream(str(tmp), compression="zstd") as dst:
+            while chunk := src.read(1 << 22):
+                dst.write(chunk)
+        out = path.with_name(path.name + ".zst")
+        os.replace(tmp, out)
+        os.unlink(path)
+        return out
+    except Exception as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        warn_once(f"compress:{path}", f"lotus: could not compress {path} ({exc}); kept uncompressed")
+        return None
 
 
 # -- the flusher thread: nothing waits for exit ----------------------------------------------------
