@@ -10,7 +10,7 @@
 # stalls (lotus stalls on ResNet-18). Every phase logs to $OUT/<phase>.log; the results of all phases are
 # packed into $OUT/results.tgz after each phase (so a command stopped at its limit keeps what it measured).
 # Wheels the host lacks (click, rich, natsort, nvidia-ml-py, ...) are installed from .whl/ when present.
-# Scale knobs: POWER_BUDGET_S, MODEL_STEPS, TUNE_STEPS, TUNE_MAX_WORKERS, SUBMIT_SECONDS.
+# Scale knobs: PROBE_PHASES, PROBE_ARGS (more probe_validation.py options), POWER_BUDGET_S, MODEL_STEPS, TUNE_STEPS, TUNE_MAX_WORKERS, SUBMIT_SECONDS.
 set -u
 : "${OUT:?set OUT to the results folder}"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -78,13 +78,13 @@ phase_submit() {
 phase_probes18() {
     DATA_IMAGES=${DATA_IMAGES:-8192} data || return 1
     $PY "$REPO/benchmarks/probe_validation.py" --data "$DATA" --out "$RES/probes" --work "$WORK/probes" \
-        --arch resnet18 --phases "${PROBE_PHASES:-throughput,sens,tune,whatif,stalls}"
+        --arch resnet18 --phases "${PROBE_PHASES:-throughput,sens,tune,whatif,stalls}" ${PROBE_ARGS:-}
 }
 
 phase_probes50() {
     DATA_IMAGES=${DATA_IMAGES:-8192} data || return 1
     $PY "$REPO/benchmarks/probe_validation.py" --data "$DATA" --out "$RES/probes" --work "$WORK/probes" \
-        --arch resnet50 --phases "${PROBE_PHASES:-throughput,sens}" --throughput-workers 15
+        --arch resnet50 --phases "${PROBE_PHASES:-throughput,sens}" --throughput-workers 15 ${PROBE_ARGS:-}
 }
 
 phase_stalls() {

@@ -110,7 +110,8 @@ def phase_sens(a) -> dict:
 def phase_tune(a) -> dict:
     out = Path(a.work) / f"tune-{a.arch}"
     rc, o, e, wall = lotus("tune", "--max-seconds", a.max_seconds, "--only", "num_workers",
-                           "--max-workers", max(a.sweep), "--budget-minutes", 8, "--out", out, "--json", "--",
+                           "--max-workers", max(a.sweep), "--budget-minutes", a.tune_minutes, "--out", out,
+                           "--json", "--",
                            *job(a, 4, 100000))
     if rc != 0:
         return {"error": e[-3000:], "wall_s": wall}
@@ -185,6 +186,7 @@ def main(argv=None) -> int:
     p.add_argument("--stalls-workers", type=int, default=8)
     p.add_argument("--ref-seconds", type=float, default=20.0)
     p.add_argument("--max-probes", type=int, default=8)
+    p.add_argument("--tune-minutes", type=float, default=8.0, help="lotus tune's --budget-minutes")
     p.add_argument("--max-seconds", type=float, default=45.0, help="lotus's probe cap (seconds of batches)")
     p.add_argument("job_args", nargs="*", help="more arguments for the reference job (after --)")
     a = p.parse_args(argv)

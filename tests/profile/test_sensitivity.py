@@ -57,7 +57,8 @@ def test_profile_measures_few_predicts_all_and_resumes(tmp_path, image_folder):
     assert p.dataset_bytes and p.dataset_bytes > 0
     assert len(p.matrix) == 2 * 5 and {q.cpus for q in p.matrix} == {1, 2}
     measured = [q for q in p.matrix if q.measured]
-    assert 3 <= len(measured) <= 5 < len(p.matrix)  # most of the matrix is predicted
+    assert 2 <= len(measured) <= 5 < len(p.matrix)  # most of the matrix is predicted (a probe at another
+    # worker count than the model's best for its CPUs is no point of the matrix when the model predicts above it)
     probes = {pr["name"]: pr for pr in p.probes}
     assert {"c2-as-is", "c1-warm", "c2-cold"} <= set(probes)
     assert probes["c2-as-is"]["cache_state"] == "as-is" and probes["c2-cold"]["cache_state"] == "cold"

@@ -142,6 +142,11 @@ def predict(model: PipelineModel, num_workers: int, cpus: float | None, *, batch
     wait_share = float(times.wait_dur_ns[warm + 1:].sum()) / span
     out.cpu_stretch = s
     out.busy_workers = float(prep[warm:].sum() * s / span) if nw > 0 else None
+    epoch = _epoch_cycle(model, bs, nw, cpus, pf, rate, wait_share, handoff, dispatch, pin, lat, seed, cache_hit_rate)
+    if epoch is not None:
+        out.within_epoch_samples_per_s = rate
+        rate, wait_share, note = epoch
+        out.notes.append(note)
     io_cap = None
     if model.io_bytes_per_s and model.bytes_per_sample and cache_hit_rate is not None and cache_hit_rate < 1:
         io_cap = model.io_bytes_per_s / ((1.0 - cache_hit_rate) * model.bytes_per_sample)
@@ -154,6 +159,44 @@ def predict(model: PipelineModel, num_workers: int, cpus: float | None, *, batch
     if cache_hit_rate is None and model.traced.cache_state == "warm":
         out.notes.append("page cache as in the traced run")
     return out
+
+
+EPOCH_SIM_CAP = 2000  # batches of an epoch simulated from its start; the rest at the steady rate
+
+
+def _epoch_cycle(model, bs, nw, cpus, pf, rate, wait_share, handoff, dispatch, pin, lat, seed, hit):
+    """(samples/s, wait share, note) over whole epochs: each epoch restarts the pipeline (the restart gap,
+    fresh workers' boot, the prefetch ramp refilled from empty) as the one measure of a long run sees it;
+    None when the traces showed no epoch restart."""
+    gap_ms = model.epoch_gap_ms if nw > 0 else model.epoch_gap0_ms
+    if model.epoch_batches is None or not rate:
+        return None
+    if gap_ms is None:  # restarts seen only with (without) workers: no process start here (there)
+        if nw > 0 or model.epoch_gap_ms is None:
+            return None
+        gap_ms = 0.0
+    e = max(1, round(model.epoch_batches * model.traced.batch_size / bs))
+    n = min(e, EPOCH_SIM_CAP)
+    rng = np.random.default_rng(seed + 1)
+    prep, _, _ = _prep_ns(model, bs, hit, rng, n)
+    steps, _ = _step_at(model, bs)
+    step = steps[(rng.integers(0, len(steps)) + np.arange(n)) % len(steps)]
+    h = np.resize(handoff, n)
+    boot = int(model.epoch_boot_ms * 1e6)
+    times, _ = run_with_cpus(prep, step, n_workers=nw, cpus=cpus, cpu=model.cpu, first=0, prefetch_factor=pf,
+                             dispatch_dur_ns=np.resize(dispatch, n), ready_wait_ns=h, late_wait_ns=h, lat=lat,
+                             pin_ns=None if pin is None else np.resize(pin, n),
+                             **({"worker_start_ns": [boot] * nw} if nw > 0 else {}))
+    gap = gap_ms * 1e6
+    rest = (e - n) * bs / rate * 1e9
+    cycle = gap + float(times.consumed_ns[-1]) + rest
+    waits = float(times.wait_dur_ns.sum()) + rest * wait_share
+    restart = cycle - e * bs / rate * 1e9
+    note = (f"epochs of {e} batches: each restarts the pipeline (gap {gap_ms:,.0f} ms"
+            + (f", worker start {model.epoch_boot_ms:,.0f} ms" if nw > 0 and model.epoch_boot_ms >= 1 else "")
+            + f", prefetch refilled): {max(restart, 0) / cycle:.0%} of an epoch's time; {rate:,.1f} samples/s "
+            "inside an epoch")
+    return e * bs / cycle * 1e9, min(max(waits / cycle, 0.0), 1.0), note
 
 
 def _bottleneck(model, p: Prediction, parts: dict, cold_part: float, io_cap, step_ns, handoff_ns, prep_ns,

@@ -136,6 +136,39 @@ def rereads(ev, rows, dur, nb):
     return first, (float(d[is_first].mean()), float(d[~is_first].mean()), n_first, n_re)
 
 
+def epoch_restarts(b) -> tuple[int | None, np.ndarray, np.ndarray]:
+    """What an epoch costs beyond its batches, from the first rank's batches ``b`` (one loader, sorted):
+    ``(batches per epoch, restart gaps ns, worker boots ns)``.
+
+    * batches per epoch: the median count of the epochs before the last (the last may be cut short);
+      None with one epoch only.
+    * restart gap, per epoch after the first: its first dispatch minus the previous epoch's last hand-off
+      (the last step, the loop's end-of-epoch work, the new iterator, its worker processes' start);
+    * worker boot, per epoch: its first fetch's start minus its first dispatch (a fresh worker process
+      starts before it can fetch; a persistent one does not)."""
+    if b.empty:
+        return None, np.zeros(0), np.zeros(0)
+    r0 = b[b["rank"].to_numpy() == int(b["rank"].min())]
+    ep = r0["epoch"].to_numpy(np.int64)
+    epochs = np.unique(ep)
+    disp, cons, start = _f64(r0["dispatch_ns"]), _f64(r0["consumed_ns"]), _f64(r0["prep_start_ns"])
+
+    def agg(f, v, e):
+        x = v[ep == e]
+        x = x[np.isfinite(x)]
+        return f(x) if x.size else np.nan
+
+    counts = np.array([(ep == e).sum() for e in epochs])
+    per_epoch = int(np.median(counts[:-1])) if len(epochs) >= 2 else None
+    first_disp = np.array([agg(np.min, disp, e) for e in epochs])
+    last_cons = np.array([agg(np.max, cons, e) for e in epochs])
+    first_start = np.array([agg(np.min, start, e) for e in epochs])
+    consecutive = np.diff(epochs) == 1
+    gaps = (first_disp[1:] - last_cons[:-1])[consecutive]
+    boots = first_start - first_disp
+    return per_epoch, gaps[np.isfinite(gaps) & (gaps >= 0)], boots[np.isfinite(boots) & (boots >= 0)]
+
+
 def int_or_none(v) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
@@ -152,5 +185,5 @@ def measured_rate(run, loader: int, ranks: int) -> tuple[float | None, tuple[flo
     return total / ranks, ((ci[0] / ranks, ci[1] / ranks) if ci else None)
 
 
-__all__ = ["busy_workers", "handoff", "int_or_none", "measured_rate", "rereads", "steps", "wait_shares",
-           "worker_latencies"]
+__all__ = ["busy_workers", "epoch_restarts", "handoff", "int_or_none", "measured_rate", "rereads", "steps",
+           "wait_shares", "worker_latencies"]

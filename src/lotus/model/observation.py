@@ -54,6 +54,9 @@ class Observation:
     free_gap_ns: float | None
     reread: tuple[float, float, int, int] | None  # mean load (ns) of first reads, of re-reads, counts
     description: dict
+    epoch_batches: int | None = None  # batches per epoch (None: one epoch seen)
+    epoch_gap_ns: np.ndarray = field(default_factory=lambda: np.zeros(0))  # restart gaps between epochs
+    epoch_boot_ns: np.ndarray = field(default_factory=lambda: np.zeros(0))  # first dispatch -> first fetch
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -185,6 +188,7 @@ def observe(run: RunTrace) -> Observation:
     queue = _f64(b["queue_ns"]) - np.nan_to_num(_f64(b["pin_dur_ns"]))
     arrive_lat = float(np.nanmedian(queue)) if np.isfinite(queue).any() else None
     first_reads, reread = measures.rereads(ev, rows, dur, len(b))
+    epoch_batches, epoch_gaps, epoch_boots = measures.epoch_restarts(b)
 
     busy = measures.busy_workers(b, have) if nw > 0 else 0.0
     wait_share, steady_wait = measures.wait_shares(b)
@@ -207,7 +211,8 @@ def observe(run: RunTrace) -> Observation:
         collate_ns=collate[have], other_ns=other[have], first_reads=first_reads[have], op_ns=op_ns,
         step_ns=step_ns, step_source=step_source, handoff_ns=handoff, dispatch_ns=dispatch, pin_ns=pin,
         start_latency_ns=start_lat, arrive_latency_ns=arrive_lat, free_gap_ns=free_gap, reread=reread,
-        description=desc, missing=missing, notes=notes)
+        description=desc, epoch_batches=epoch_batches, epoch_gap_ns=epoch_gaps, epoch_boot_ns=epoch_boots,
+        missing=missing, notes=notes)
 
 
 __all__ = ["Observation", "RunTrace", "main_loader", "observe"]

@@ -105,6 +105,10 @@ class PipelineModel:
     cpu_fraction_identified: bool  # True when runs at different CPU shares fixed it
     main_cpu_cores: float  # CPU the main process is assumed to use
     traced: RunSummary  # the first run: defaults for predict
+    epoch_batches: int | None = None  # batches per epoch at the traced batch size (None: no restart seen)
+    epoch_gap_ms: float | None = None  # an epoch's restart with workers: previous last hand-off -> first dispatch
+    epoch_gap0_ms: float | None = None  # the same without workers (num_workers=0 runs)
+    epoch_boot_ms: float = 0.0  # a fresh worker's start before its first fetch (beyond start_latency_ms)
     runs: list[RunSummary] = field(default_factory=list)
     base_state: str = "warm"  # cache state of the per-batch arrays the simulator resamples
     missing: list[str] = field(default_factory=list)
@@ -151,6 +155,7 @@ class Prediction:
     samples_per_s: float | None
     wait_share: float | None
     bottleneck: str | None  # "preprocessing: <op>", "step (GPU/model)", "I/O (cold reads)", "main process", "CPUs"
+    within_epoch_samples_per_s: float | None = None  # inside an epoch, restarts left out
     input_samples_per_s: float | None = None  # the most the workers can deliver
     step_samples_per_s: float | None = None  # the most the loop can consume
     busy_workers: float | None = None

@@ -13,9 +13,9 @@ in-process probe stop rule of :mod:`lotus.dataloader.probe` while a job runs):
   workers (a round: ``num_workers`` batches; bursts of workers average out inside a block); the
   ratio estimator's standard error from the blocks' residuals ``n_j - R d_j``, Student's t with
   ``m - 1`` degrees of freedom. Fewer than :data:`MIN_BLOCKS` blocks: no interval (``ci95`` None).
-  With ``epochs`` given and at least ``2 x MIN_BLOCKS`` epoch starts inside the window (short epochs,
-  whose starts dominate the variance), blocks are whole epochs instead (grouped to at most
-  :data:`MAX_BLOCKS`), so that every block pays its share of epoch starts.
+  With ``epochs`` given and at least ``MIN_BLOCKS`` epoch starts inside the window (epoch starts, with
+  their restart gaps, dominate the variance of blocks that hold one or not), blocks are whole epochs
+  instead (grouped to at most :data:`MAX_BLOCKS`), so that every block pays its share of epoch starts.
 
 ``segments``: hand-offs split into independent stretches (a replay probe's epochs): each stretch skips
 its own ramp and the gaps between stretches are not counted.
@@ -100,10 +100,10 @@ def _blocks(t: np.ndarray, n: np.ndarray, start: int, size: int) -> tuple[np.nda
 
 def _epoch_blocks(t: np.ndarray, n: np.ndarray, start: int, epochs: np.ndarray):
     """Blocks of whole epochs from index ``start`` (the first, partial epoch joins the first block); None when
-    the window holds fewer than 2 x MIN_BLOCKS epoch starts."""
+    the window holds fewer than MIN_BLOCKS epoch starts."""
     ep = epochs[start:]
     starts = np.flatnonzero(np.diff(ep) != 0) + 1 + start  # indices where a new epoch begins
-    if len(starts) < 2 * MIN_BLOCKS:
+    if len(starts) < MIN_BLOCKS:
         return None
     group = max(1, math.ceil(len(starts) / MAX_BLOCKS))
     bounds = [start, *starts[group::group].tolist(), len(t)]
