@@ -95,3 +95,22 @@ def test_real_run_waits(real_run):
     assert s["known"] and s["batches"] == 16
     assert sum(s["buckets"][k] for k in ("buffered", "up_to_1ms", "over_1ms")) == pytest.approx(1)
     assert s["delay_ms"]["min"] >= 0  # consumed after the end of preprocessing
+
+
+def test_window_wait_share_is_the_loops_waits_in_the_rates_window(tmp_path):
+    """The wait share beside the one measure: the loop's waits of the batches inside the rate's window
+    (after the ramp, epoch starts in) over the window's seconds; the job's own clock computes the same."""
+    from lotus.analysis.throughput import throughput
+    from lotus.trace.synthetic import PipelineSpec, write_native
+
+    write_native(tmp_path / "r", PipelineSpec(n_batches=12, n_workers=2, epochs=5, seed=3))
+    cfg = load_config(tmp_path / "r")
+    t = throughput(cfg.batches, cfg.loaders)
+    b = cfg.batches.sort_values("consumed_ns")
+    cons = b["consumed_ns"].to_numpy(np.int64)
+    wait = b["wait_dur_ns"].to_numpy(np.float64)
+    k = len(cons) - t["steady_batches"]  # the ramp (and start-up) left out
+    assert k >= 4  # 2 workers x prefetch 2
+    expected = wait[k:].sum() / (cons[-1] - cons[k - 1])
+    assert t["window_wait_share"] == pytest.approx(expected)
+    assert 0 < t["window_wait_share"] < 1

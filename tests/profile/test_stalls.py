@@ -35,6 +35,23 @@ def test_pagecache_evict_warm_resident(tmp_path):
 
 
 @pytest.mark.timeout(600)
+def test_split_measured_wait_and_differential():
+    from lotus.profile.stalls import _split
+
+    # H100, ResNet-18, 8 workers: warm 1,283 samples/s (99.8 ms per 128), replay 4,870 (26.3 ms)
+    d = _split(128, 4870.0, 1282.5, None, 0.485)
+    assert d["stall_source"] == "measured wait" and d["iteration_ms"] == pytest.approx(128 / 1282.5 * 1e3)
+    assert d["prep_stall_share"] == pytest.approx(0.485) and d["compute_ms"] == pytest.approx(128 / 4870 * 1e3)
+    assert d["loop_overhead_share"] == pytest.approx(1 - 0.485 - d["compute_share"])
+    diff = _split(128, 4870.0, 1282.5, None)
+    assert diff["stall_source"] == "differential" and diff["loop_overhead_ms"] == 0.0
+    assert diff["prep_stall_share"] == pytest.approx(1 - 128 / 4870 / (128 / 1282.5))
+    # a replay slower than the warm run's non-wait time: compute is what is left, no negative overhead
+    d = _split(100, 500.0, 1000.0, 2000.0, 0.7)
+    assert d["compute_ms"] == pytest.approx(30.0) and d["loop_overhead_ms"] == 0.0
+    assert d["fetch_stall_ms"] == 0.0 and d["prep_stall_share"] == pytest.approx(0.7)
+
+
 def test_stall_split_of_a_prep_bound_job(tmp_path, image_folder):
     report = stalls([sys.executable, JOB, str(image_folder), "--step-ms", "2"], tmp_path, steps=12)
     assert all(p.exit_code == 0 for p in report.probes.values()), report.probes
@@ -48,7 +65,12 @@ def test_stall_split_of_a_prep_bound_job(tmp_path, image_folder):
     assert d["ingestion_samples_per_s"] > 1.5 * d["prep_samples_per_s"]
     assert d["prep_stall_share"] > 0.3
     assert d["fetch_stall_ms"] is not None and d["fetch_stall_ms"] >= 0
-    assert abs(d["compute_share"] + d["prep_stall_share"] + d["fetch_stall_share"] - 1) < 1e-9
+    parts = ("compute_share", "loop_overhead_share", "prep_stall_share", "fetch_stall_share")
+    assert abs(sum(d[k] for k in parts) - 1) < 1e-9
+    # the prep stall is the loop's own measured wait in the warm run (its share of the warm iteration)
+    assert d["stall_source"] == "measured wait"
+    assert d["warm_stall_share"] == pytest.approx(d["warm_measured_wait_share"])
+    assert d["differential_stall_share"] is not None
     # every rate and the split carry their intervals (when the probes were long enough to have one)
     for rate, ci in ((d["prep_samples_per_s"], d["prep_ci95"]), (d["ingestion_samples_per_s"], d["ingestion_ci95"])):
         assert ci is None or ci[0] <= rate <= ci[1]

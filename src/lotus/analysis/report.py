@@ -186,14 +186,16 @@ def _tune_section(d: dict) -> str:
 
 def _stalls_section(d: dict) -> str:
     rows = [[k.replace("_", " "), _fmt(d.get(f"{k}_ms")), _share_ci(d.get(f"{k}_share"), d.get(f"{k}_share_ci95"))]
-            for k in ("compute", "prep_stall", "fetch_stall")]
+            for k in ("compute", "loop_overhead", "prep_stall", "fetch_stall") if k != "loop_overhead"
+            or d.get("loop_overhead_ms") is not None]
     rates = (f"ingestion {_rate(d.get('ingestion_samples_per_s'), d.get('ingestion_ci95'))}; warm cache "
              f"{_rate(d.get('prep_samples_per_s'), d.get('prep_ci95'))}; cold cache "
              f"{_rate(d.get('fetch_samples_per_s'), d.get('fetch_ci95'))}")
     check = ""
-    if d.get("warm_stall_share") is not None and d.get("warm_measured_wait_share") is not None:
-        check = (f"<p class='muted'>Check: the warm run's stall share {_pct(d['warm_stall_share'])} vs the loop's "
-                 f"measured wait {_pct(d['warm_measured_wait_share'])} (steady state).</p>")
+    if d.get("stall_source") == "measured wait":
+        check = (f"<p class='muted'>Prep stall: the loop's measured wait in the warm run "
+                 f"({_pct(d['warm_measured_wait_share'])}); DS-Analyzer's differential analysis would say "
+                 f"{_pct(d.get('differential_stall_share'))}.</p>")
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in d.get("notes") or [])
     return ("<h2>Data stalls (lotus stalls)</h2>"
             + _table([f"per iteration of {d.get('batch_size')} samples", "ms", "share (95% CI)"], rows)

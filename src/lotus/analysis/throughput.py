@@ -71,6 +71,11 @@ def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = 
         ep = g["epoch"].to_numpy()[order]
         r = steady_rate(t, nn, ramp=1 if replayed_only else ramp_batches(desc), workers=_workers(desc),
                         segments=ep if replayed_only else None, epochs=ep)
+        first = len(t) - r.batches  # one stretch: the window's batches are the last r.batches
+        if not replayed_only and r.window_s > 0 and 0 < first < len(t):
+            wait = g["wait_dur_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)[order]
+            if np.isfinite(wait[first:]).any():
+                r.extra["wait_share"] = float(np.nansum(wait[first:])) / 1e9 / r.window_s
         out[(int(rank), int(loader))] = (r, len(g), float(np.nansum(nn)))
     return out
 
@@ -112,8 +117,14 @@ def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = Fa
             "window_s": max((r.window_s for r, _, _ in mine), default=0.0),
             "left_out": {"ramp_batches": sum(r.ramp_batches for r, _, _ in mine),
                          "startup_batches": sum(r.startup_batches for r, _, _ in mine)},
+            "window_wait_share": _mean([r.extra.get("wait_share") for r, _, _ in mine]),
             "note": "; ".join(notes) or None, "loader": main, "ranks": len(mine),
             "loaders": per.to_dict(orient="records")}
+
+
+def _mean(vals) -> float | None:
+    vals = [v for v in vals if v is not None]
+    return sum(vals) / len(vals) if vals else None
 
 
 def summarize_run(path: str | os.PathLike) -> dict:

@@ -85,11 +85,15 @@ def _print(d: dict) -> None:
     click.echo(f"  cold page cache:          {rate_text(d['fetch_samples_per_s'], d.get('fetch_ci95'))}")
     if d["compute_ms"] is not None:
         click.echo(f"  per iteration of {d['batch_size']} samples:")
-        click.echo(f"    compute      {ms('compute')}")
-        click.echo(f"    prep stall   {ms('prep_stall')}")
-        click.echo(f"    fetch stall  {ms('fetch_stall')}")
-    if d.get("warm_stall_share") is not None and d.get("warm_measured_wait_share") is not None:
-        click.echo(f"  check: the warm run's stall share {d['warm_stall_share']:.0%} vs the loop's measured wait "
-                   f"{d['warm_measured_wait_share']:.0%} (steady state)")
+        click.echo(f"    compute        {ms('compute')}")
+        if d.get("loop_overhead_ms") is not None:
+            click.echo(f"    loop overhead  {ms('loop_overhead')}")
+        click.echo(f"    prep stall     {ms('prep_stall')}")
+        click.echo(f"    fetch stall    {ms('fetch_stall')}")
+    if d.get("stall_source") == "measured wait":
+        click.echo(f"  prep stall: the loop's measured wait in the warm run ({d['warm_measured_wait_share']:.0%}); "
+                   f"DS-Analyzer's differential analysis would say {d['differential_stall_share']:.0%}")
+    elif d.get("stall_source") == "differential":
+        click.echo("  prep stall: differential (warm iteration - compute): the warm run traced no waits")
     for note in d["notes"]:
         click.echo(f"  note: {note}")

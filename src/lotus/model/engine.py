@@ -168,13 +168,9 @@ def _epoch_cycle(model, bs, nw, cpus, pf, rate, wait_share, handoff, dispatch, p
     """(samples/s, wait share, note) over whole epochs: each epoch restarts the pipeline (the restart gap,
     fresh workers' boot, the prefetch ramp refilled from empty) as the one measure of a long run sees it;
     None when the traces showed no epoch restart."""
-    gap_ms = model.epoch_gap_ms if nw > 0 else model.epoch_gap0_ms
-    if model.epoch_batches is None or not rate:
+    gap_ms = model.epoch_gap_ms(nw)
+    if model.epoch_batches is None or gap_ms is None or not rate:
         return None
-    if gap_ms is None:  # restarts seen only with (without) workers: no process start here (there)
-        if nw > 0 or model.epoch_gap_ms is None:
-            return None
-        gap_ms = 0.0
     e = max(1, round(model.epoch_batches * model.traced.batch_size / bs))
     n = min(e, EPOCH_SIM_CAP)
     rng = np.random.default_rng(seed + 1)

@@ -142,7 +142,7 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
     for name in dict.fromkeys(k for o in base for k in o.op_ns):
         op_ms[name] = Dist.of_ns(pool(lambda o, k=name: o.op_ns.get(k, np.zeros(0))))
     src = next((o.step_source for o in base if o.step_source), None)
-    epoch_batches, epoch_gap_ms, epoch_gap0_ms, epoch_boot_ms = _epochs(base, obs[0].summary.batch_size)
+    epoch_batches, epoch_gap_per_worker_ms, epoch_gap0_ms, epoch_boot_ms = _epochs(base, obs[0].summary.batch_size)
     _log.debug("model of %d run(s): contention %.3g, cpu_fraction %.3g, cold load %s ms", len(obs), cpu.contention,
                cpu.cpu_fraction, cold_load)
     return PipelineModel(
@@ -158,31 +158,39 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         free_gap_ms=_median_of(base, "free_gap_ns", 5_000) / 1e6,
         contention=cpu.contention, contention_identified=alpha_known, cpu_fraction=cpu.cpu_fraction,
         cpu_fraction_identified=phi_known, main_cpu_cores=main_cpu_cores,
-        traced=obs[0].summary, epoch_batches=epoch_batches, epoch_gap_ms=epoch_gap_ms, epoch_gap0_ms=epoch_gap0_ms,
+        traced=obs[0].summary, epoch_batches=epoch_batches,
+        epoch_gap_per_worker_ms=epoch_gap_per_worker_ms, epoch_gap0_ms=epoch_gap0_ms,
         epoch_boot_ms=epoch_boot_ms,
         runs=[o.summary for o in obs], base_state="warm" if warm else "cold",
         missing=missing, notes=list(dict.fromkeys(notes)), measured=measured)
 
 
 def _epochs(obs: list[Observation], traced_bs: int) -> tuple[int | None, float | None, float | None, float]:
-    """Batches per epoch at ``traced_bs`` (the runs' samples per epoch); the median restart gap (ms) of
-    runs with workers and of runs without (a fresh set of worker processes per epoch costs only the
-    former); the median worker boot beyond the steady start latency (ms). None where no run showed two
-    epochs."""
+    """Batches per epoch at ``traced_bs`` (the runs' samples per epoch); an epoch's restart gap (ms) without
+    workers and per worker (torch starts a fresh set of worker processes one after the other each epoch
+    unless they persist: ``gap = base + per_worker * num_workers``, the base from runs without workers, else
+    0; the per-worker part by least squares over the runs' worker counts); the median worker boot beyond
+    the steady start latency (ms). None where no run showed two epochs."""
     per = [o.epoch_batches * o.summary.batch_size for o in obs if o.epoch_batches]
     if not per:
         return None, None, None, 0.0
 
-    def gap(runs):
-        g = np.concatenate([o.epoch_gap_ns for o in runs if o.epoch_batches] or [np.zeros(0)])
-        return float(np.median(g)) / 1e6 if g.size else None
+    def gap(o):
+        return float(np.median(o.epoch_gap_ns)) / 1e6 if o.epoch_batches and o.epoch_gap_ns.size else None
 
+    g0s = [g for o in obs if o.summary.num_workers == 0 and (g := gap(o)) is not None]
+    base = float(np.median(g0s)) if g0s else None
+    pts = [(o.summary.num_workers, g) for o in obs if o.summary.num_workers > 0 and (g := gap(o)) is not None]
+    per_worker = None
+    if pts:
+        nw = np.array([p[0] for p in pts], np.float64)
+        y = np.array([p[1] for p in pts]) - (base or 0.0)
+        per_worker = max(float((nw * y).sum() / (nw * nw).sum()), 0.0)
     with_w = [o for o in obs if o.summary.num_workers > 0]
     boots = np.concatenate([o.epoch_boot_ns for o in with_w] or [np.zeros(0)])
     start = _median_of(obs, "start_latency_ns", 50_000)
     boot = max(float(np.median(boots)) - start, 0.0) / 1e6 if boots.size else 0.0
-    return (max(1, round(float(np.median(per)) / traced_bs)), gap(with_w),
-            gap([o for o in obs if o.summary.num_workers == 0]), boot)
+    return max(1, round(float(np.median(per)) / traced_bs)), per_worker, base, boot
 
 
 def _median_of(obs: list[Observation], attr: str, default: float) -> float:

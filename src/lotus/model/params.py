@@ -106,8 +106,10 @@ class PipelineModel:
     main_cpu_cores: float  # CPU the main process is assumed to use
     traced: RunSummary  # the first run: defaults for predict
     epoch_batches: int | None = None  # batches per epoch at the traced batch size (None: no restart seen)
-    epoch_gap_ms: float | None = None  # an epoch's restart with workers: previous last hand-off -> first dispatch
-    epoch_gap0_ms: float | None = None  # the same without workers (num_workers=0 runs)
+    # an epoch's restart (previous epoch's last hand-off -> first dispatch): without workers, and per worker
+    # (fresh worker processes started one after the other); see lotus.model.fitting._epochs
+    epoch_gap0_ms: float | None = None
+    epoch_gap_per_worker_ms: float | None = None
     epoch_boot_ms: float = 0.0  # a fresh worker's start before its first fetch (beyond start_latency_ms)
     runs: list[RunSummary] = field(default_factory=list)
     base_state: str = "warm"  # cache state of the per-batch arrays the simulator resamples
@@ -121,6 +123,15 @@ class PipelineModel:
 
         return predict(self, num_workers, cpus, batch_size=batch_size, cache_hit_rate=cache_hit_rate,
                        prefetch_factor=prefetch_factor, **kwargs)
+
+    def epoch_gap_ms(self, num_workers: int) -> float | None:
+        """An epoch's restart gap (ms) with ``num_workers`` workers; None when no run showed it."""
+        if num_workers <= 0:
+            return self.epoch_gap0_ms if self.epoch_gap0_ms is not None else (
+                0.0 if self.epoch_gap_per_worker_ms is not None else None)
+        if self.epoch_gap_per_worker_ms is None:
+            return None
+        return (self.epoch_gap0_ms or 0.0) + self.epoch_gap_per_worker_ms * num_workers
 
     @property
     def cpu(self):

@@ -10,13 +10,17 @@ Every probe is ``lotus.launch.launch(command, steps=S)`` into its own trace dire
 4. **ingestion**: lotus replays already-prepared batches (``LOTUS_REPLAY``), so the loop runs at the
    rate the model/GPU ingests data -> ``ingestion_samples_per_s``.
 
-Per iteration (batch): compute = B / ingestion rate; prep stall = B / prep rate - compute; fetch stall
-= B / fetch rate - B / prep rate (negatives, i.e. noise, clipped to 0); shares are of the cold
-iteration time. Rates are the one steady-state measure (:mod:`lotus.analysis.throughput`) with their 95%
-intervals; every probe but the replay follows the one probe protocol (it ends once its rate is known to
-+-``precision``, or at its caps). The split's intervals come from the rates' (normal draws around each
-rate, the split recomputed per draw: 2.5th-97.5th percentiles). Beside the split, the warm probe's
-directly measured wait share (the loop's own waits, steady state) checks the warm stall share.
+Per iteration (batch): the warm iteration is ``B / prep rate``; its **prep stall** is the loop's directly
+measured wait for data in the warm probe (its wait share inside the rate's window, epoch starts in);
+**compute** = B / ingestion rate (at most the rest); what remains is **loop overhead** with a live
+pipeline (receiving batches from workers, host-to-device copies of fresh batches, the main process's CPU
+shared with the workers), which DS-Analyzer's differential analysis (prep stall = B / prep rate -
+compute, used when the warm probe traced no waits) counts as stall. **fetch stall** = B / fetch rate -
+B / prep rate (negatives, i.e. noise, clipped to 0); shares are of the cold iteration time. Rates are
+the one steady-state measure (:mod:`lotus.analysis.throughput`) with their 95% intervals; every probe
+but the replay follows the one probe protocol (it ends once its rate is known to +-``precision``, or at
+its caps). The split's intervals come from the rates' (normal draws around each
+rate, the split recomputed per draw with the wait share held: 2.5th-97.5th percentiles).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class ProbeResult:
     ci95: list[float] | None = None
     stopped_by: str | None = None
     steady_wait_share: float | None = None  # the loop's measured waits, first batch of each epoch left out
+    window_wait_share: float | None = None  # the loop's measured waits inside the rate's window (epoch starts in)
 
 
 @dataclass
@@ -70,23 +75,26 @@ class StallReport:
         intervals (``*_ci95``), and the warm probe's measured wait share beside its stall share."""
         b = self.batch_size
         ingest, warm, cold = self.rate("ingestion"), self.rate("warm"), self.rate("cold")
+        w = self.probes.get("warm")
+        ok = w is not None and w.exit_code == 0
+        wait = w.window_wait_share if ok else None
         out = {"ingestion_samples_per_s": ingest, "prep_samples_per_s": warm, "fetch_samples_per_s": cold,
                "ingestion_ci95": self._ci("ingestion"), "prep_ci95": self._ci("warm"), "fetch_ci95": self._ci("cold"),
-               **_split(b, ingest, warm, cold)}
-        for k in ("compute_ms", "prep_stall_ms", "fetch_stall_ms", "compute_share", "prep_stall_share",
-                  "fetch_stall_share", "warm_stall_share"):
+               **_split(b, ingest, warm, cold, wait),
+               "warm_measured_wait_share": wait, "warm_steady_wait_share": w.steady_wait_share if ok else None,
+               "differential_stall_share": _split(b, ingest, warm, cold)["warm_stall_share"]}
+        keys = [f"{k}_{u}" for k in ("compute", "loop_overhead", "prep_stall", "fetch_stall") for u in ("ms", "share")]
+        keys.append("warm_stall_share")
+        for k in keys:
             out[f"{k}_ci95"] = None
-        w = self.probes.get("warm")
-        out["warm_measured_wait_share"] = w.steady_wait_share if w is not None and w.exit_code == 0 else None
         if not b or not ingest:
             return out
         draws = _draws({"ingestion": (ingest, out["ingestion_ci95"]), "warm": (warm, out["prep_ci95"]),
                         "cold": (cold, out["fetch_ci95"])})
         if draws is not None:
-            rows = [_split(b, i, w_, c) for i, w_, c in zip(draws["ingestion"], draws["warm"], draws["cold"],
-                                                              strict=True)]
-            for k in ("compute_ms", "prep_stall_ms", "fetch_stall_ms", "compute_share", "prep_stall_share",
-                      "fetch_stall_share", "warm_stall_share"):
+            rows = [_split(b, i, w_, c, wait) for i, w_, c in zip(draws["ingestion"], draws["warm"], draws["cold"],
+                                                                    strict=True)]
+            for k in keys:
                 vals = [r[k] for r in rows if r[k] is not None]
                 if out[k] is not None and len(vals) > 100:
                     vals.sort()
@@ -98,27 +106,38 @@ class StallReport:
                 "notes": self.notes, "probes": {k: vars(v) for k, v in self.probes.items()}}
 
 
-def _split(b, ingest, warm, cold) -> dict:
-    out = {"batch_size": b, "compute_ms": None, "prep_stall_ms": None, "fetch_stall_ms": None, "iteration_ms": None,
-           "compute_share": None, "prep_stall_share": None, "fetch_stall_share": None, "warm_stall_share": None}
+def _split(b, ingest, warm, cold, wait_share=None) -> dict:
+    out = {"batch_size": b, "compute_ms": None, "loop_overhead_ms": None, "prep_stall_ms": None,
+           "fetch_stall_ms": None, "iteration_ms": None, "compute_share": None, "loop_overhead_share": None,
+           "prep_stall_share": None, "fetch_stall_share": None, "warm_stall_share": None,
+           "stall_source": None}
     if not b or not ingest:
         return out
     compute = b / ingest * 1e3
-    out["compute_ms"] = compute
+    overhead = 0.0
     total = compute
     if warm:
-        prep = max(0.0, b / warm * 1e3 - compute)
+        it = b / warm * 1e3
+        if wait_share is not None:  # the loop's own waits: the stall; compute and loop overhead the rest
+            prep = it * min(max(wait_share, 0.0), 1.0)
+            compute = min(compute, it - prep)
+            overhead = it - prep - compute
+            out["stall_source"] = "measured wait"
+        else:  # DS-Analyzer's differential analysis
+            prep = max(0.0, it - compute)
+            out["stall_source"] = "differential"
         out["prep_stall_ms"] = prep
-        total = compute + prep
-        out["warm_stall_share"] = prep / total
+        total = compute + overhead + prep
+        out["warm_stall_share"] = prep / total if total else None
         if cold:
             fetch = max(0.0, b / cold * 1e3 - total)
             out["fetch_stall_ms"] = fetch
             total += fetch
+    out["compute_ms"], out["loop_overhead_ms"] = compute, overhead if warm else None
     out["iteration_ms"] = total
-    for k in ("compute", "prep_stall", "fetch_stall"):
+    for k in ("compute", "loop_overhead", "prep_stall", "fetch_stall"):
         v = out[f"{k}_ms"]
-        out[f"{k}_share"] = None if v is None else v / total
+        out[f"{k}_share"] = None if v is None or not total else v / total
     return out
 
 
@@ -183,7 +202,8 @@ def _probe(name: str, command, out: Path, base: LaunchOptions, **extra) -> Probe
     return ProbeResult(name=name, trace_dir=str(opts.trace_dir), exit_code=probe.exit_code, wall_s=probe.wall_s,
                        samples_per_s=s.get("samples_per_s"), wait_share=s.get("wait_share"), note=note,
                        stderr_tail=probe.stderr_tail()[-2000:] if probe.exit_code != 0 else "", ci95=s.get("ci95"),
-                       stopped_by=probe.stopped_by, steady_wait_share=s.get("steady_wait_share"))
+                       stopped_by=probe.stopped_by, steady_wait_share=s.get("steady_wait_share"),
+                       window_wait_share=s.get("window_wait_share"))
 
 
 def stalls(command: list[str], out: str | os.PathLike, *, steps: int = 600, data: str | None = None,
