@@ -72,7 +72,7 @@ def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = 
         r = steady_rate(t, nn, ramp=1 if replayed_only else ramp_batches(desc), workers=_workers(desc),
                         segments=ep if replayed_only else None, epochs=ep)
         first = len(t) - r.batches  # one stretch: the window's batches are the last r.batches
-        if not replayed_only and r.window_s > 0 and 0 < first < len(t):
+        if not replayed_only and r.window_s > 0 and 0 < first < len(t) and "wait_dur_ns" in g.columns:
             wait = g["wait_dur_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)[order]
             if np.isfinite(wait[first:]).any():
                 r.extra["wait_share"] = float(np.nansum(wait[first:])) / 1e9 / r.window_s
