@@ -25,12 +25,21 @@ from lotus.trace import schema as S
 mono = time.monotonic_ns
 _MAX_PENDING = 4096
 _active = None  # weak reference to the LoaderTrace whose loader last handed a batch to the loop
+_active_id = 0  # id() of that LoaderTrace (a per-batch check without calling the weak reference)
 
 
 def set_active(lt) -> None:
-    global _active
+    global _active, _active_id
     if _active is None or _active() is not lt:
-        _active = weakref.ref(lt)
+        _active = weakref.ref(lt, _forget)
+        _active_id = id(lt)
+
+
+def _forget(ref) -> None:
+    """The active LoaderTrace was collected: its id may be reused by another one."""
+    global _active, _active_id
+    if _active is ref:
+        _active, _active_id = None, 0
 
 
 def _dead(*args) -> None:

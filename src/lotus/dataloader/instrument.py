@@ -232,8 +232,11 @@ class TimedCollate:
                 itt.end()
         t1 = mono()
         try:
-            n = len(data) if isinstance(data, list) else -1
-            rec.rec(S.EV_COLLATE, t0, t1 - t0, rec.batch, S.NO_ID, n)
+            if rec.c0:  # a second collation in one batch (not torch's doing): the first is written now
+                rec.rec(S.EV_COLLATE, rec.c0, rec.c1 - rec.c0, rec.batch, S.NO_ID, rec.cn)
+            # kept, and written in one append with the batch's fetch (Recorder.end_batch, or the
+            # main-process iterator with num_workers=0)
+            rec.c0, rec.c1, rec.cn = t0, t1, len(data) if isinstance(data, list) else -1
         except Exception as exc:
             rec.fail("collate", exc)
         if self.envelope:

@@ -16,22 +16,32 @@ events of :mod:`lotus.dataloader.instrument`. The loader policies of :mod:`lotus
 from __future__ import annotations
 
 from lotus.dataloader import _torch_compat as compat
-from lotus.dataloader.instrument import SampleProxy, TimedCollate
+from lotus.dataloader.envelope import PinEnvelope
+from lotus.dataloader.instrument import _PACK2, _PACK3, SampleProxy, TimedCollate
 from lotus.dataloader.main_side import _MainSide
 from lotus.dataloader.policy import DELIVERY_LOWEST_READY
 from lotus.dataloader.recorder import mono
 from lotus.dataloader.transforms import TransformSwap
 from lotus.trace import schema as S
 
+# the hot path's record kinds as module constants (one cached global load each)
+_DISPATCH, _COLLATE, _FETCH, _NO_ID, _DETAIL = S.EV_DISPATCH, S.EV_COLLATE, S.EV_FETCH, S.NO_ID, S.FETCH_DETAIL
+
 
 class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
-    """num_workers=0: the main process loads, transforms and collates; all of it is recorded."""
+    """num_workers=0: the main process loads, transforms and collates; all of it is recorded.
+
+    Per batch: ``_next_index`` takes the dispatch's two clock reads, ``_next_data`` chooses the batch's
+    detail and writes its dispatch, collation and fetch in one append (the per-batch cost is Python
+    frames: kept to these two overrides, the collate wrapper and the budget's two calls)."""
 
     def __init__(self, loader) -> None:
         super().__init__(loader)
         self._lotus_init(loader)
         lt = self._lt
         self._lotus_swap = None
+        self._lotus_rec = None  # set when tracing this iterator works
+        self._lotus_d0 = 0  # the batch's dispatch start (before the sampler)
         if not lt.on:
             return
         try:
@@ -46,8 +56,8 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
                 self._dataset_kind, self._dataset, self._auto_collation, collate, self._drop_last)
             self._dataset_fetcher = self._lotus_detail_fetcher
             self._lotus_swap = TransformSwap(self._dataset, rec)  # patches Compose while a detail batch runs
-            self._lotus_rec = rec
             self._lotus_epoch_start()
+            self._lotus_rec = rec
         except Exception as exc:  # fall back to torch's own fetcher, untraced samples
             lt.fail("iterator", exc)
 
@@ -55,53 +65,85 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         t0 = mono()
         index = super()._next_index()  # StopIteration ends the epoch before any batch is opened
         if self._lotus_active:
-            try:
-                rec = self._lotus_rec
-                batch = self._num_yielded
-                self._lotus_t0 = rec.begin_batch(batch, choose=False)  # chosen in _next_data
-                self._lt.record(S.EV_DISPATCH, t0, self._lotus_t0 - t0, batch, S.NO_ID, -1)
-            except Exception as exc:
-                self._lt.fail("dispatch", exc)
+            self._lotus_d0 = t0
+            self._lotus_t0 = mono()  # the batch opens: dispatch ends, fetch starts
+            itt = self._lotus_rec.itt
+            if itt is not None:
+                itt.begin(self._lotus_rec.h_batch)
         return index
 
     def _next_data(self):
         lt = self._lt
-        swap = self._lotus_swap
-        self._lotus_active = lt.on and swap is not None
-        if not self._lotus_active:
+        rec = self._lotus_rec
+        if rec is None or not lt.on:
+            self._lotus_active = False
             plain = getattr(self, "_lotus_plain_fetcher", None)
             if plain is not None:
                 self._dataset_fetcher = plain
             return self._lotus_unwrap(super()._next_data())[0]
-        rec = self._lotus_rec
+        self._lotus_active = True
         self._lotus_t0 = None
-        rec.epoch = lt.epoch
+        rec.epoch = ep = lt.epoch
+        rec.batch = batch = self._num_yielded
+        rec.c0 = 0
+        budget = rec.budget
+        rec.detail = detail = rec.on and budget.choose(ep, rec.nrec, rec.nsamp)
         try:
-            if rec.choose_detail():  # per-sample/per-op detail for this batch: timed items and transforms
+            if detail:  # per-sample/per-op detail for this batch: timed items and transforms
                 self._dataset_fetcher = self._lotus_detail_fetcher
-                with swap:
+                with self._lotus_swap:
                     data = super()._next_data()
             else:  # the plain path: the dataset's own items, untimed transforms, only the batch's records
                 self._dataset_fetcher = self._lotus_plain_fetcher
                 data = super()._next_data()
         except BaseException as exc:
-            t0 = self._lotus_t0
-            if t0 is not None:  # a batch was opened: close it (the error is the user's, re-raised)
-                if rec.itt is not None:
-                    rec.itt.end()
-                if isinstance(exc, StopIteration):  # IterableDataset exhausted: no batch
-                    rec.rec(S.EV_EXHAUSTED, t0, mono() - t0, rec.batch, S.NO_ID, 0)
-                else:
-                    rec.rec(S.EV_FETCH, t0, mono() - t0, rec.batch, S.NO_ID, S.FETCH_ERROR)
+            self._lotus_failed_batch(rec, exc)
             raise
-        t1 = mono()
-        data, p0, p1 = self._lotus_unwrap(data)
+        c0 = rec.c0
+        t1 = rec.c1 if c0 else mono()  # the batch is ready when its collation returns
+        p0 = p1 = 0
+        if type(data) is PinEnvelope:
+            data, p0, p1 = data.data, data.pin_start_ns, data.pin_end_ns
         try:
-            rec.end_batch(self._lotus_t0, 0, p0 or t1)
-            self._lotus_last = (rec.batch, False, p0, p1)
+            t0, d0, lo = self._lotus_t0, self._lotus_d0, rec.loader
+            end = p0 or t1
+            if rec.itt is not None:
+                rec.itt.end()
+            flags = _DETAIL if detail else 0
+            if c0:  # dispatch, collation, fetch: one append
+                rec.c0 = 0
+                rec.w.buf += _PACK3(_DISPATCH, lo, ep, d0, t0 - d0, batch, _NO_ID, -1,
+                                    _COLLATE, lo, ep, c0, rec.c1 - c0, batch, _NO_ID, rec.cn,
+                                    _FETCH, lo, ep, t0, end - t0, batch, _NO_ID, flags)
+            else:
+                rec.w.buf += _PACK2(_DISPATCH, lo, ep, d0, t0 - d0, batch, _NO_ID, -1,
+                                    _FETCH, lo, ep, t0, end - t0, batch, _NO_ID, flags)
+            budget.done(end - t0, rec.nrec, rec.nsamp)
+            self._lotus_last = (batch, False, p0, p1)
         except Exception as exc:
             lt.fail("fetch", exc)
         return data
+
+    def _lotus_failed_batch(self, rec, exc: BaseException) -> None:
+        """A batch was opened and failed (the user's error, re-raised by the caller) or found its
+        IterableDataset exhausted (no batch): its dispatch, a finished collation and the failed fetch."""
+        t0 = self._lotus_t0
+        if t0 is None:
+            return
+        try:
+            if rec.itt is not None:
+                rec.itt.end()
+            d0, c0 = self._lotus_d0, rec.c0
+            rec.rec(S.EV_DISPATCH, d0, t0 - d0, rec.batch, S.NO_ID, -1)
+            if c0:
+                rec.c0 = 0
+                rec.rec(S.EV_COLLATE, c0, rec.c1 - c0, rec.batch, S.NO_ID, rec.cn)
+            if isinstance(exc, StopIteration):
+                rec.rec(S.EV_EXHAUSTED, t0, mono() - t0, rec.batch, S.NO_ID, 0)
+            else:
+                rec.rec(S.EV_FETCH, t0, mono() - t0, rec.batch, S.NO_ID, S.FETCH_ERROR)
+        except Exception as err:
+            self._lt.fail("fetch", err)
 
 
 class TracedMultiProcessingIter(_MainSide, compat.MultiProcessingIter):

@@ -17,6 +17,9 @@ from lotus.dataloader.policy import Policy
 from lotus.dataloader.recorder import mono
 from lotus.trace import schema as S
 
+# the hot path's record kinds as module constants (one cached global load each)
+_STEP, _WAIT, _CONSUMED, _NO_ID, _BUFFERED = S.EV_STEP, S.EV_WAIT, S.EV_CONSUMED, S.NO_ID, S.WAIT_BUFFERED
+
 
 class NullTrace:
     """Stands in for a LoaderTrace when a loader runs policies without tracing."""
@@ -158,12 +161,12 @@ class _MainSide:
                 prev = self._lotus_prev
                 # the previous batch's step (hand-off -> this request), this wait and this hand-off: one append
                 if prev is not None:
-                    w.buf += _PACK3(S.EV_STEP, lo, ep, prev[1], t0 - prev[1], prev[0], S.NO_ID, 0,
-                                    S.EV_WAIT, lo, ep, t0, t1 - t0, batch, S.NO_ID, S.WAIT_BUFFERED if buffered else 0,
-                                    S.EV_CONSUMED, lo, ep, t1, 0, batch, S.NO_ID, 0)
+                    w.buf += _PACK3(_STEP, lo, ep, prev[1], t0 - prev[1], prev[0], _NO_ID, 0,
+                                    _WAIT, lo, ep, t0, t1 - t0, batch, _NO_ID, _BUFFERED if buffered else 0,
+                                    _CONSUMED, lo, ep, t1, 0, batch, _NO_ID, 0)
                 else:
-                    w.buf += _PACK2(S.EV_WAIT, lo, ep, t0, t1 - t0, batch, S.NO_ID, S.WAIT_BUFFERED if buffered else 0,
-                                    S.EV_CONSUMED, lo, ep, t1, 0, batch, S.NO_ID, 0)
+                    w.buf += _PACK2(_WAIT, lo, ep, t0, t1 - t0, batch, _NO_ID, _BUFFERED if buffered else 0,
+                                    _CONSUMED, lo, ep, t1, 0, batch, _NO_ID, 0)
                 if p0:
                     lt.record(S.EV_PIN, p0, p1 - p0, batch, S.NO_ID, 0)
                 if cuda is not None:
@@ -171,7 +174,7 @@ class _MainSide:
                 self._lotus_prev = (batch, t1)
                 lt.last_batch = batch
                 lt.consumed += 1
-                if _gpu._active is None or _gpu._active() is not lt:
+                if _gpu._active_id != id(lt):  # (reset when the active one is collected)
                     set_active(lt)
                 if len(w.buf) >= w.flush_bytes:  # by time: the flusher thread (lotus.trace.writer)
                     lt.flush()

@@ -60,8 +60,9 @@ class Recorder:
     ``depth``/``nrec`` let nested ops attribute time to the innermost op once.
     """
 
-    __slots__ = ("batch", "budget", "compose_ids", "depth", "detail", "epoch", "h_batch", "h_collate", "h_load",
-                 "in_sample", "itt", "loader", "nrec", "nsamp", "on", "sample", "tf_end", "tf_start", "w", "worker_id")
+    __slots__ = ("batch", "budget", "c0", "c1", "cn", "compose_ids", "depth", "detail", "epoch", "h_batch",
+                 "h_collate", "h_load", "in_sample", "itt", "loader", "nrec", "nsamp", "on", "sample", "tf_end",
+                 "tf_start", "w", "worker_id")
 
     def __init__(self, writer: TraceWriter, loader: int, epoch: int, itt: Itt | None, worker_id: int = -1,
                  budget: DetailBudget | None = None):
@@ -73,6 +74,7 @@ class Recorder:
         self.tf_start = 0
         self.tf_end = 0
         self.in_sample = False
+        self.c0 = self.c1 = self.cn = 0  # the batch's collation (start, end, items): written with its fetch
         self.depth = 0  # Compose loops in progress (lotus.dataloader.compose)
         self.nrec = 0  # op events recorded so far: an op that saw this change records nothing itself
         self.nsamp = 0  # per-sample records so far (the budget's cost estimate)
@@ -99,6 +101,7 @@ class Recorder:
         """Switch recording off for good in this process; training continues."""
         self.on = False
         self.detail = False
+        self.c0 = 0
         self.w.buf = bytearray()
         warn_once(f"recorder:{where}", f"lotus: tracing stopped in this process ({where}: {exc!r}); "
                   "training continues untraced")
@@ -114,6 +117,7 @@ class Recorder:
 
     def begin_batch(self, batch: int, choose: bool = True) -> int:
         self.batch = batch
+        self.c0 = 0
         if choose:
             self.choose_detail()
         t = mono()
@@ -127,7 +131,14 @@ class Recorder:
             self.itt.end()
         if self.detail:
             flags |= S.FETCH_DETAIL
-        self.rec(kind, start_ns, t - start_ns, self.batch, S.NO_ID, flags)
+        w = self.w
+        c0 = self.c0
+        if c0:  # collate, then fetch: one append
+            self.c0 = 0
+            w.buf += S.PACK2(S.EV_COLLATE, self.loader, self.epoch, c0, self.c1 - c0, self.batch, S.NO_ID, self.cn,
+                             kind, self.loader, self.epoch, start_ns, t - start_ns, self.batch, S.NO_ID, flags)
+        else:
+            w.buf += w.pack(kind, self.loader, self.epoch, start_ns, t - start_ns, self.batch, S.NO_ID, flags)
         if kind == S.EV_FETCH:
             self.budget.done(t - start_ns, self.nrec, self.nsamp)
         return t

@@ -27,8 +27,29 @@ MAGIC = b"LOTUSTR1"
 PREAMBLE = struct.Struct("<8sII")
 RECORD = struct.Struct("<hhiqqqqq")
 RECORD_SIZE = RECORD.size  # 48
-PACK2 = struct.Struct("<" + RECORD.format.lstrip("<") * 2).pack  # two records in one append
-PACK3 = struct.Struct("<" + RECORD.format.lstrip("<") * 3).pack
+
+
+def _writer_format() -> str:
+    """The format the writers pack with: the very same bytes as RECORD, packed faster where it can be.
+
+    Timestamps are large ints: CPython packs a multi-digit int as '<q' through a generic byte-array
+    conversion, and as a native 'l' through a plain loop (about a third less per record). Native
+    ('@', LP64 little-endian: long is 8 bytes, no padding after 'hhi') where that gives RECORD's bytes;
+    RECORD's own format elsewhere."""
+    native = "@hhilllll"
+    try:
+        probe = (-3, 7, -2, 2**62 + 12345, -(2**40), 2**33, -1, 5)
+        if struct.calcsize(native) == RECORD.size and struct.pack(native, *probe) == RECORD.pack(*probe):
+            return native[1:]
+    except struct.error:
+        pass
+    return RECORD.format.lstrip("<@=")
+
+
+_WF = _writer_format()
+PACK = struct.Struct(("@" if _WF.endswith("l") else "<") + _WF).pack  # one record, RECORD's bytes
+PACK2 = struct.Struct(("@" if _WF.endswith("l") else "<") + _WF * 2).pack  # two records in one append
+PACK3 = struct.Struct(("@" if _WF.endswith("l") else "<") + _WF * 3).pack
 PAYLOAD_BYTES = 40  # bytes of a control record after name_id/loader/epoch
 FILE_SUFFIX = ".lotustrace"
 

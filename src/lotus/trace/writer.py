@@ -87,7 +87,7 @@ class TraceWriter:
         self.rank = rank
         self.worker_id = worker_id
         self.flush_bytes = flush_bytes
-        self.pack = S.RECORD.pack
+        self.pack = S.PACK  # RECORD's bytes (lotus.trace.schema)
         self.buf = bytearray()
         self.ok = True
         self.path: Path | None = None
