@@ -74,10 +74,10 @@ def _cheaper(s: Session, cur: Current, settings: LoaderSettings, knob: str, valu
         return None
     m = cur.measurement
     if indistinct(trial.samples_per_s, trial.ci95, m.samples_per_s, m.ci95, near_best):
-        s.notes.append(f"{knob}: {value} ({_rate(trial)}) cannot be told apart from {own} ({_rate(m)}): "
-                       f"the cheaper {value}")
+        how = "not slower than" if trial.samples_per_s >= m.samples_per_s else "cannot be told apart from"
+        s.notes.append(f"{knob}: {value}: {_rate(trial)} {how} {own}: {_rate(m)}: the cheaper {value}")
         return Current(settings, trial)
-    s.notes.append(f"{knob}: the cheaper {value} ({_rate(trial)}) is below {own} ({_rate(m)}): kept {own}")
+    s.notes.append(f"{knob}: the cheaper {value}: {_rate(trial)} below {own}: {_rate(m)}: kept {own}")
     return None
 
 
