@@ -44,6 +44,26 @@ def test_caps_end_a_probe_and_say_which(tmp_path):
     assert p.summary()["window_s"] == pytest.approx(1.0, abs=0.3)
 
 
+@pytest.mark.timeout(240)
+def test_a_cap_that_ends_a_probe_before_its_interval_says_so(tmp_path):
+    r = lotus_run("-o", tmp_path / "t", "--steps", 25, "--precision", 0.0001, "--", sys.executable, TRAIN,
+                  "--workers", 0, "--epochs", 1000, "--n", 64, "--sleep", 0.002)
+    assert r.returncode == 0, r.stderr
+    assert "ended: --steps, before the interval reached +-0.01% (it is +-" in r.stderr
+    assert "note: " in r.stderr and "before +-3%" not in r.stderr.split("ended:")[1].splitlines()[0]
+
+
+def test_ended_words_why_a_probe_ended():
+    from lotus.commands.run import _ended
+
+    assert _ended("precision", 100, 0.02, 0.03) == "; ended: interval within --precision"
+    assert _ended("steps", 100, 0.079, None) == "; ended: --steps, before the interval reached +-3% (it is +-7.9%)"
+    assert _ended("time", 100, 0.079, 0.1) == "; ended: --max-seconds"
+    assert _ended("steps", 100, None, None) == "; ended: --steps, before the rate had an interval"
+    assert _ended(None, 100, 0.01, None) == "; ended: the job ended before --steps"
+    assert _ended(None, None, 0.2, None) == ""
+
+
 def test_bad_probe_options_are_refused_before_anything_starts(tmp_path):
     with pytest.raises(LaunchError, match="--steps"):
         launch([sys.executable, TRAIN], LaunchOptions(trace_dir=tmp_path, precision=0.03))

@@ -135,3 +135,14 @@ def test_a_run_traced_by_the_real_dataloader(real_run):  # noqa: F811 - the fixt
     assert 0.5 < p.samples_per_s / m.traced.samples_per_s < 2.0
     doc = json.loads(lotus("whatif", "-d", real_run, "--workers", "1,2,4", "--json").stdout)
     assert len(doc["predictions"]) == 3 * len({r["cpus"] for r in doc["predictions"]})
+
+
+def test_a_measured_rate_too_short_for_its_interval_says_so(make_dir):
+    d = make_dir("short", n_batches=16)
+    doc = json.loads(lotus("whatif", "-d", d, "--json").output)
+    note = doc["measured"]["note"]
+    assert note and ("before +-3%" in note or "too few" in note), doc["measured"]
+    out = lotus("whatif", "-d", d).output
+    assert f"note: measured: {note}" in out.splitlines()[1]
+    # a long run within the target: no note
+    assert json.loads(lotus("whatif", "-d", make_dir("w2"), "--json").output)["measured"]["note"] is None

@@ -101,3 +101,25 @@ def test_cli_json_and_bad_input(tmp_path, image_folder):
     assert "created no DataLoader" in r.stderr and len(r.stderr.strip().splitlines()) == 2  # progress + error
     assert _lotus("stalls").returncode == 2
     assert _lotus("stalls", "--", "no-such-command-lotus").returncode == 127
+
+
+@pytest.mark.timeout(600)
+def test_a_failed_probe_shows_its_stderr_and_the_split_goes_on(tmp_path):
+    fixed = str(Path(__file__).resolve().parent / "jobs" / "fixed_cost.py")
+    out = tmp_path / "s"
+    r = _lotus("stalls", "--steps", 40, "--max-seconds", 3, "--out", out, "--", sys.executable, fixed,
+               "--fail-env", "LOTUS_REPLAY")
+    assert r.returncode == 1, r.stderr  # a probe failed: exit 1, but the other probes and the split are there
+    assert "warm page cache:" in r.stdout and "ended by" in r.stdout
+    assert "ingestion failed (exit code 9); its stderr ends with:" in r.stdout
+    assert "    | job: refusing to run under LOTUS_REPLAY" in r.stdout
+    doc = json.loads((out / "stalls.json").read_text())
+    assert "refusing to run under LOTUS_REPLAY" in doc["probes"]["ingestion"]["stderr_tail"]
+    assert doc["probes"]["warm"]["exit_code"] == 0 and doc["prep_samples_per_s"] > 0
+    assert "probe ingestion: exit code 9: job: refusing to run under LOTUS_REPLAY; the split goes on without it" \
+        in doc["notes"]
+    from lotus.analysis.report import build_report, render_html
+    from lotus.analysis.runs import load_configs
+
+    page = render_html(build_report(load_configs(out), data_dir=str(out)))
+    assert "ingestion failed (exit code 9); its stderr ends with:" in page and "FAILED (9)" in page

@@ -79,8 +79,35 @@ def test_concurrent_apps_are_traced_and_a_failing_one_is_reported(tmp_path):
     # one report over all the traced apps, and the table as JSON next to it
     html = (out / "report.html").read_text()
     assert "auto" in html and "fixed" in html and doc["report"] == str(out / "report.html")
-    assert json.loads((out / "submit.json").read_text())["apps"][2]["exit_code"] == 3
+    saved = json.loads((out / "submit.json").read_text())
+    assert saved["apps"][2]["exit_code"] == 3
+    # every rate with its 95% interval and why its run ended, apps and probes alike (the one protocol)
+    for a in (auto, fixed, saved["apps"][0]):
+        assert "ci95" in a and "stopped_by" in a and "note" in a
+        assert a["ci95"] is None or a["ci95"][0] <= a["samples_per_s"] <= a["ci95"][1]
+    probe = doc["probes"][0]
+    assert {"ci95", "stopped_by", "note"} <= set(probe) and saved["probes"][0]["ci95"] == probe["ci95"]
+    assert probe["stopped_by"] in ("steps", "precision", "time", None)
     print(f"3 concurrent apps + 1 probe: {took:.1f} s")
+
+
+def test_the_table_shows_every_rate_with_its_interval_and_why_it_ended():
+    from lotus.submit.results import AppResult, probe_lines, table_lines
+
+    ok = AppResult(row=1, name="a1", status="ok", exit_code=0, wall_s=11.4, samples_per_s=178.8, wait_share=0.878,
+                   gpu_idle_share=None, cpus="0", workers=1, trace_dir="out/a1", start_s=0.0, ci95=[170.1, 187.5],
+                   note="interval +-4.9%: the job ended (or the cap stopped it) before +-3%")
+    lines = table_lines([ok])
+    assert lines[0].split()[:8] == ["app", "status", "exit", "wall", "s", "samples/s", "95%", "CI"]
+    assert "178.8" in lines[2] and "170.1-187.5" in lines[2] and "job ended" in lines[2]
+    assert lines[3] == f"note: a1: {ok.note}"
+    probes = probe_lines([{"name": "a1", "exit_code": 0, "wall_s": 4.9, "cpus": 2, "workers": 1,
+                           "samples_per_s": 201.0, "ci95": [196.0, 206.0], "stopped_by": "precision", "note": None},
+                          {"name": "a2", "exit_code": 7, "wall_s": 1.0, "cpus": 2, "workers": 1,
+                           "samples_per_s": None, "ci95": None, "stopped_by": None, "note": None,
+                           "stderr_tail": "job: simulated OOM"}])
+    assert probes[0] == "profiling probes:" and "196.0-206.0" in probes[3] and "precision" in probes[3]
+    assert "failed" in probes[4] and "  | job: simulated OOM" in probes
 
 
 @pytest.mark.timeout(60)

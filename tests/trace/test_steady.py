@@ -101,3 +101,19 @@ def test_short_epochs_make_whole_epoch_blocks():
     plain = steady_rate(t, ramp=8, workers=4)
     assert by_epoch.samples_per_s == pytest.approx(plain.samples_per_s)
     assert by_epoch.rel_halfwidth < 0.03 < plain.rel_halfwidth
+
+
+def test_an_interval_wider_than_the_target_is_never_silent():
+    from lotus.trace.steady import ended_by, interval_note
+
+    rng = np.random.default_rng(3)
+    wide = steady_rate(_handoffs(rng.lognormal(2.3, 1.0, 40), ramp=4), ramp=4, workers=2)
+    assert wide.rel_halfwidth > 0.03
+    assert f"interval +-{wide.rel_halfwidth:.1%}: the job ended (or the cap stopped it) before +-3%" in wide.note
+    tight = steady_rate(_handoffs([10.0] * 200, ramp=8), ramp=8, workers=4)
+    assert tight.note is None
+    assert interval_note(0.288) == "interval +-28.8%: the job ended (or the cap stopped it) before +-3%"
+    assert interval_note(0.02) is None and interval_note(None) is None
+    assert [ended_by(s) for s in ("precision", "steps", "time", None)] == ["precision", "steps cap", "time cap",
+                                                                          "job ended"]
+    assert ended_by("steps", 7) == "failed"

@@ -11,9 +11,9 @@ from lotus.tune.types import EpochFacts, LoaderSettings, Measurement
 CPUS = 8.0
 
 
-def truth(w: int, pf: int = 2, pin: bool = False) -> float:
+def truth(w: int, pf: int = 2, pin: bool = False, pf_gain: float = 0.10) -> float:
     """samples/s at ``w`` workers: per-worker 150/s with 8 % contention, oversubscribed beyond 6 (1 CPU for the
-    loop): best at 6 (643/s); prefetch 4 adds 10 % (bursty arrivals), 8 nothing more; pinning 5 %."""
+    loop): best at 6 (643/s); prefetch 4 adds ``pf_gain`` (10 %: bursty arrivals), 8 nothing more; pinning 5 %."""
     if w == 0:
         rate = 100.0
     else:
@@ -21,7 +21,7 @@ def truth(w: int, pf: int = 2, pin: bool = False) -> float:
         rate = k * 150.0 / (1 + 0.08 * (k - 1))
         rate *= 1 - 0.04 * max(w - 6, 0)
     if w and pf >= 4:
-        rate *= 1.10
+        rate *= 1 + pf_gain
     if pin:
         rate *= 1.05
     return rate
@@ -51,6 +51,8 @@ class FakeJob:
     restart_s: float = 0.5  # extra time of an epoch start without persistent workers
     traced: bool = True
     default_steps: int | None = None  # a probe's steps when the search does not say (None: no epoch crossed)
+    pf_gain: float = 0.10  # what prefetch_factor >= 4 adds
+    ci_rel: float | None = None  # each probe's 95% interval: +-this share of its rate (None: no interval)
     calls: list = field(default_factory=list)
     seed: int = 0
 
@@ -67,7 +69,7 @@ class FakeJob:
                                stderr_tail="Traceback ...\nRuntimeError: worker killed (out of memory)", steps=steps)
         if not self.traced:
             return Measurement(settings=settings, samples_per_s=None, wall_s=self.wall_s, traced=False, steps=steps)
-        rate = truth(eff.num_workers, eff.prefetch_factor or 2, bool(eff.pin_memory))
+        rate = truth(eff.num_workers, eff.prefetch_factor or 2, bool(eff.pin_memory), self.pf_gain)
         rate *= 1 + self.rng.uniform(-self.noise, self.noise)
         crossed = 1 if steps and self.batches_per_epoch and steps > self.batches_per_epoch else 0
         interval = 4 / rate
@@ -76,8 +78,9 @@ class FakeJob:
                             boundary_extra_s=extra, batch_interval_s=interval, batch_prep_s=0.05,
                             epochs_crossed=crossed)
         wait = self.wait_share if eff.num_workers else 0.9
+        ci = (rate * (1 - self.ci_rel), rate * (1 + self.ci_rel)) if self.ci_rel is not None else None
         return Measurement(settings=settings, samples_per_s=rate, wait_share=wait, wall_s=self.wall_s,
-                           effective=eff, cuda=self.cuda, epochs=epochs, steps=steps)
+                           effective=eff, cuda=self.cuda, epochs=epochs, steps=steps, ci95=ci)
 
 
 class FakeModel:

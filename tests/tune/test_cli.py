@@ -55,6 +55,13 @@ def test_crashing_probes_are_marked_and_tuning_goes_on(tmp_path):
     assert len(rest) == 2 and all(p.failed and p.exit_code == 3 for p in rest)
     assert all("refusing num_workers" in p.stderr_tail for p in rest)
     assert r.best.num_workers == 1 and r.samples_per_s == base.samples_per_s  # the job's own, the only one that ran
+    # the report of the directory shows each failed probe's stderr, and why every probe ended
+    from lotus.analysis.report import build_report, render_html
+    from lotus.analysis.runs import load_configs
+
+    page = render_html(build_report(load_configs(tmp_path / "t"), data_dir=str(tmp_path / "t")))
+    assert "p01-num_workers failed (exit code 3); its stderr ends with:" in page and "refusing num_workers" in page
+    assert page.count("FAILED (3)") == 2 and "ended by" in page
 
 
 @pytest.mark.timeout(120)

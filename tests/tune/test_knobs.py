@@ -137,3 +137,62 @@ def test_never_recommends_what_measured_slower_than_the_job():
                    options=TuneOptions(budget_minutes=None, only=("num_workers", "persistent_workers")))
     assert r.samples_per_s == r.baseline_samples_per_s and r.best.num_workers == 6
     assert any("nothing measured faster" in n for n in r.notes)
+
+
+def _own(**kw):
+    base = {"num_workers": 6, "prefetch_factor": 2, "pin_memory": False, "persistent_workers": False}
+    return LoaderSettings(**{**base, **kw})
+
+
+def test_a_costlier_prefetch_of_the_job_gives_way_to_2_when_they_cannot_be_told_apart():
+    # prefetch buys nothing here; the job asked for 8: 2 is probed and, inside the interval, taken
+    r = _tune(FakeJob(own=_own(prefetch_factor=8), pf_gain=0.0, ci_rel=0.05), only=("prefetch_factor",))
+    assert [p.settings["prefetch_factor"] for p in _phase(r, "prefetch_factor")] == [2]
+    assert r.best.prefetch_factor == 2
+    assert any(n.startswith("prefetch_factor: 2: ") and ("cannot be told apart from 8: " in n or
+                                                         "not slower than 8: " in n) and n.endswith("the cheaper 2")
+               for n in r.notes), r.notes
+    # prefetch 8 is 10% faster with +-1% intervals: 2 is probed, found below, and 8 kept (with the numbers)
+    r = _tune(FakeJob(own=_own(prefetch_factor=8), ci_rel=0.01), only=("prefetch_factor",))
+    assert [p.settings["prefetch_factor"] for p in _phase(r, "prefetch_factor")] == [2]
+    assert r.best.prefetch_factor == 8
+    assert any(n.startswith("prefetch_factor: the cheaper 2: ") and " below 8: " in n and n.endswith("kept 8")
+               for n in r.notes), r.notes
+
+
+def test_a_ladder_step_probed_and_rejected_says_so_with_both_intervals():
+    # prefetch 4 gains 10% but the intervals (+-8%) overlap: not above, 2 kept, and the note gives both rates
+    r = _tune(FakeJob(own=_own(), ci_rel=0.08), only=("prefetch_factor",))
+    (p,) = _phase(r, "prefetch_factor")
+    assert p.settings["prefetch_factor"] == 4 and r.best.prefetch_factor == 2
+    four, two = truth(6, 4), truth(6, 2)
+    note = (f"prefetch_factor: 4: {four:,.1f} ({four * 0.92:,.1f}-{four * 1.08:,.1f}) not above "
+            f"{two:,.1f} ({two * 0.92:,.1f}-{two * 1.08:,.1f}): kept 2")
+    assert note in r.notes, r.notes
+
+
+def test_pin_memory_cheapest_among_equals_and_off_without_cuda():
+    # no CUDA: pinning is a no-op; the job's True becomes False without a probe, and the note says why
+    r = _tune(FakeJob(own=_own(pin_memory=True), cuda=False), only=("pin_memory",))
+    assert not _phase(r, "pin_memory") and r.best.pin_memory is False
+    assert any(n.startswith("pin_memory: False") and "no-op" in n for n in r.notes), r.notes
+    # CUDA, pinning 5% faster but inside +-5% intervals: unpinned is probed and taken (the cheaper)
+    r = _tune(FakeJob(own=_own(pin_memory=True), cuda=True, ci_rel=0.05), only=("pin_memory",))
+    (p,) = _phase(r, "pin_memory")
+    assert p.settings["pin_memory"] is False and r.best.pin_memory is False
+    assert any(n.startswith("pin_memory: False: ") and "cannot be told apart from True: " in n for n in r.notes), \
+        r.notes
+    # tight intervals: pinning is measurably faster, True kept
+    r = _tune(FakeJob(own=_own(pin_memory=True), cuda=True, ci_rel=0.005), only=("pin_memory",))
+    assert r.best.pin_memory is True and any(n.endswith("kept True") for n in r.notes), r.notes
+    # unpinned job, pinning probed and rejected inside the noise: a note with both rates
+    r = _tune(FakeJob(own=_own(), cuda=True, ci_rel=0.05), only=("pin_memory",))
+    assert r.best.pin_memory is False and any(n.startswith("pin_memory: True: ") and n.endswith("kept False")
+                                              for n in r.notes), r.notes
+
+
+def test_persistent_workers_of_the_job_dropped_when_they_save_nothing():
+    job = FakeJob(own=_own(persistent_workers=True), batches_per_epoch=100_000, restart_s=0.5)
+    r = _tune(job, only=("persistent_workers",))
+    assert r.best.persistent_workers is False and 0 <= r.epoch_gain < 0.01
+    assert any("the cheaper False" in n for n in r.notes), r.notes

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import os
 from pathlib import Path
 
 from lotus.analysis.diagnosis import verdict
+from lotus.analysis.htmlfmt import figure_png
+from lotus.analysis.htmlfmt import fmt as _fmt
+from lotus.analysis.htmlfmt import pct as _pct
+from lotus.analysis.htmlfmt import table as _table
 from lotus.analysis.info import outcome_note
 from lotus.analysis.jsonutil import dumps
 from lotus.analysis.stats import config_stats
@@ -63,33 +66,6 @@ def _throughput(c) -> dict:
     t = throughput(c.batches, c.loaders)
     return {k: t.get(k) for k in ("samples_per_s", "ci95", "rel_halfwidth", "steady_batches", "window_s", "left_out",
                                   "note")}
-
-
-def figure_png(fig) -> bytes:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    return buf.getvalue()
-
-
-def _fmt(v, digits: int = 3) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.{digits}g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return html.escape(str(v))
-
-
-def _pct(v) -> str:
-    return "-" if v is None else f"{v:.1%}"
-
-
-def _table(header: list[str], rows: list[list]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _headline(report: dict) -> str:
@@ -150,86 +126,6 @@ def _config_section(name: str, c: dict) -> str:
     return "\n".join(parts)
 
 
-def _rate(v, ci) -> str:
-    """'1,234 samples/s (95% CI 1,200-1,270)'."""
-    if v is None:
-        return "-"
-    return f"{_fmt(v)} samples/s" + (f" (95% CI {_fmt(ci[0])}-{_fmt(ci[1])})" if ci else " (no interval)")
-
-
-def _share_ci(share, ci) -> str:
-    return _pct(share) + (f" ({_pct(ci[0])}-{_pct(ci[1])})" if ci else "")
-
-
-def _tune_section(d: dict) -> str:
-    best, own = d.get("best") or {}, d.get("baseline") or {}
-    gain = f" ({d['gain']:.2f}x the job's own settings)" if d.get("gain") else ""
-    head = (f"<p>Recommended: <code>{html.escape(d.get('snippet') or '')}</code></p>"
-            f"<p>Measured with it: <b>{html.escape(_rate(d.get('samples_per_s'), d.get('ci95')))}</b>{gain}; "
-            f"with the job's own settings ({html.escape(', '.join(f'{k}={v}' for k, v in own.items()))}): "
-            f"{html.escape(_rate(d.get('baseline_samples_per_s'), d.get('baseline_ci95')))}.</p>")
-    if d.get("predicted_samples_per_s"):
-        head += (f"<p class='muted'>The model predicts {_fmt(d['predicted_samples_per_s'])} samples/s at "
-                 f"num_workers={best.get('num_workers')}; search: {html.escape(d.get('stopped') or '')}.</p>")
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in d.get("notes") or [])
-    rows = [[html.escape(p["name"]), str(p["settings"].get("num_workers")), str(p["settings"].get("prefetch_factor")),
-             str(p["settings"].get("pin_memory")), str(p["settings"].get("persistent_workers")),
-             "FAILED" if p["failed"] else _fmt(p.get("samples_per_s")),
-             (f"{_fmt(p['ci95'][0])}-{_fmt(p['ci95'][1])}" if p.get("ci95") else "-"),
-             _fmt(p.get("predicted_samples_per_s")), html.escape(str(p.get("stopped_by") or "-"))]
-            for p in d.get("probes") or []]
-    return ("<h2>Recommended DataLoader settings (lotus tune)</h2>" + head
-            + (f'<ul class="muted">{notes}</ul>' if notes else "")
-            + "<h3>Probes</h3>" + _table(["probe", "workers", "prefetch", "pin", "persistent", "samples/s", "95% CI",
-                                          "predicted", "ended by"], rows))
-
-
-def _stalls_section(d: dict) -> str:
-    rows = [[k.replace("_", " "), _fmt(d.get(f"{k}_ms")), _share_ci(d.get(f"{k}_share"), d.get(f"{k}_share_ci95"))]
-            for k in ("compute", "loop_overhead", "prep_stall", "fetch_stall") if k != "loop_overhead"
-            or d.get("loop_overhead_ms") is not None]
-    rates = (f"ingestion {_rate(d.get('ingestion_samples_per_s'), d.get('ingestion_ci95'))}; warm cache "
-             f"{_rate(d.get('prep_samples_per_s'), d.get('prep_ci95'))}; cold cache "
-             f"{_rate(d.get('fetch_samples_per_s'), d.get('fetch_ci95'))}")
-    check = ""
-    if d.get("stall_source") == "measured wait":
-        check = (f"<p class='muted'>Prep stall: the loop's measured wait in the warm run "
-                 f"({_pct(d['warm_measured_wait_share'])}); DS-Analyzer's differential analysis would say "
-                 f"{_pct(d.get('differential_stall_share'))}.</p>")
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in d.get("notes") or [])
-    return ("<h2>Data stalls (lotus stalls)</h2>"
-            + _table([f"per iteration of {d.get('batch_size')} samples", "ms", "share (95% CI)"], rows)
-            + f'<p>{html.escape(rates)}</p>' + check + (f'<ul class="muted">{notes}</ul>' if notes else ""))
-
-
-def _sensitivity_section(d: dict) -> str:
-    rows = sorted(d.get("matrix") or [], key=lambda r: (r["cache_gb"], r["cpus"]))
-    table = _table(["page cache (GB)", "CPUs", "workers", "samples/s", "measured (95% CI, cache as run)", "bottleneck"],
-                   [[_fmt(r["cache_gb"]), str(r["cpus"]), str(r.get("num_workers", "-")), _fmt(r["samples_per_s"]),
-                     (("yes" + (f" ({_fmt(r['ci95'][0])}-{_fmt(r['ci95'][1])}" if r.get("ci95") else " (")
-                       + f"{html.escape(str(r.get('cache_state') or '-'))})") if r["measured"] else ""),
-                     html.escape(str(r.get("bottleneck") or ""))] for r in rows])
-    dem = d.get("demand")
-    head = ""
-    if dem:
-        rate = _rate(dem["samples_per_s"], dem.get("ci95")) if dem.get("measured") else \
-            f"{_fmt(dem['samples_per_s'])} samples/s"
-        head = (f"<p>Demand: <b>{dem['cpus']} CPUs</b> ({dem.get('num_workers', '-')} workers) and "
-                f"<b>{_fmt(dem['cache_gb'])} GB</b> of page cache reach {html.escape(rate)} "
-                f"({_pct(d.get('target'))} of the best, {'measured' if dem.get('measured') else 'predicted'}).</p>")
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in d.get("notes") or [])
-    head += f'<ul class="muted">{notes}</ul>' if notes else ""
-    img = ""
-    try:
-        from lotus.analysis.profiles import sensitivity_frame, sensitivity_heatmap
-
-        png = figure_png(sensitivity_heatmap(sensitivity_frame(d.get("matrix") or []), demand=dem))
-        img = f'<figure><img alt="sensitivity" src="data:image/png;base64,{base64.b64encode(png).decode()}"></figure>'
-    except Exception:  # a figure must never cost the report
-        img = ""
-    return "<h2>CPU and memory sensitivity (lotus sensitivity)</h2>" + head + img + table
-
-
 def render_html(report: dict, figures: list[tuple[str, bytes]] = (), *, title: str = "lotus report") -> str:
     """The HTML page; ``figures``: (caption, PNG bytes) pairs, embedded as data URIs."""
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
@@ -238,15 +134,17 @@ def render_html(report: dict, figures: list[tuple[str, bytes]] = (), *, title: s
              + (f' - {html.escape(report["data_dir"])}' if report.get("data_dir") else "") + "</p>",
              ]
     # a tune, stalls or sensitivity directory: the answer first, the probes (configs) below it
+    from lotus.analysis.answers import sensitivity_section, stalls_section, tune_section
+
     answers = any(report.get(k) for k in ("tune", "stalls", "sensitivity"))
     if not answers:
         parts += ["<h2>Summary</h2>", _headline(report)]
     if report.get("tune"):
-        parts.append(_tune_section(report["tune"]))
+        parts.append(tune_section(report["tune"]))
     if report.get("stalls"):
-        parts.append(_stalls_section(report["stalls"]))
+        parts.append(stalls_section(report["stalls"]))
     if report.get("sensitivity"):
-        parts.append(_sensitivity_section(report["sensitivity"]))
+        parts.append(sensitivity_section(report["sensitivity"]))
     if answers and report["configs"]:
         parts += ["<h2>The probes</h2>", _headline(report)]
     for name, c in report["configs"].items():

@@ -50,6 +50,18 @@ def rate_text(rate: float | None, ci95=None, unit: str = "samples/s") -> str:
     return text
 
 
+def fail(message: str, code: int = 2):
+    """Bad input: one line on stderr naming the problem, then exit ``code`` (2: a usage error)."""
+    click.echo(f"lotus: error: {message}", err=True)
+    raise click.exceptions.Exit(code)
+
+
+def failed_probe_lines(name: str, exit_code, stderr_tail: str, n: int = 10) -> list[str]:
+    """'NAME failed (exit code N); its stderr ends with:' and the last ``n`` lines of it, indented."""
+    lines = (stderr_tail or "").strip().splitlines()[-n:] or ["(nothing)"]
+    return [f"  {name} failed (exit code {exit_code}); its stderr ends with:", *(f"    | {t}" for t in lines)]
+
+
 def budget_option(ctx, param, value):
     """``--detail-budget PCT``: a number > 0 (percent); otherwise one line on stderr and exit 2."""
     if value is None:
@@ -61,6 +73,5 @@ def budget_option(ctx, param, value):
     except ValueError:
         pct = float("nan")
     if not math.isfinite(pct) or pct <= 0:
-        click.echo(f"lotus: error: --detail-budget must be a number of percent > 0, got {value!r}", err=True)
-        raise click.exceptions.Exit(2)
+        fail(f"--detail-budget must be a number of percent > 0, got {value!r}")
     return pct

@@ -87,11 +87,28 @@ def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, 
         raise click.exceptions.Exit(127) from None
     except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
-    _report(probe, verdict)
+    _report(probe, verdict, precision)
     raise click.exceptions.Exit(probe.exit_code)
 
 
-def _report(probe, verdict: bool) -> None:
+def _ended(stopped_by: str | None, steps, rel_halfwidth: float | None, precision: float | None) -> str:
+    """'; ended: --steps, before the interval reached +-3% (it is +-7.9%)' and the like ('' when no probe)."""
+    from lotus.trace.steady import PRECISION
+
+    if stopped_by == "precision":
+        return "; ended: interval within --precision"
+    if stopped_by is None:
+        return "; ended: the job ended before --steps" if steps is not None else ""
+    text = "; ended: " + {"time": "--max-seconds", "steps": "--steps"}.get(stopped_by, stopped_by)
+    target = precision or PRECISION
+    if rel_halfwidth is not None and rel_halfwidth > target:
+        text += f", before the interval reached +-{target * 100:g}% (it is +-{rel_halfwidth:.1%})"
+    elif rel_halfwidth is None:
+        text += ", before the rate had an interval"
+    return text
+
+
+def _report(probe, verdict: bool, precision: float | None = None) -> None:
     err = sys.stderr
     how = {"grace": " (stopped: it did not exit after --steps)", "timeout": " (stopped: --timeout)",
            "interrupt": " (interrupted)"}.get(probe.stopped or "", "")
@@ -110,8 +127,7 @@ def _report(probe, verdict: bool) -> None:
         click.echo(f"lotus run: note: {note}", err=True)
         return
     rate = s.get("samples_per_s")
-    ended = {"precision": "; ended: interval within --precision", "time": "; ended: --max-seconds",
-             "steps": "; ended: --steps"}.get(probe.stopped_by or "", "")
+    ended = _ended(probe.stopped_by, probe.steps, s.get("rel_halfwidth"), precision)
     click.echo(f"lotus run: trace in {probe.trace_dir}: {s['batches']} batches"
                + (f", {rate_text(rate, s.get('ci95'))} in the steady state" if rate else "") + ended, err=True)
     if rate and s.get("note"):

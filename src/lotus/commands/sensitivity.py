@@ -6,32 +6,26 @@ from pathlib import Path
 
 import click
 
-from lotus.commands._params import probe_options, rate_text
+from lotus.commands._params import fail, failed_probe_lines, probe_options, rate_text
 
 
-def _int_list(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        return [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: expected comma-separated integers") from None
+def _list(kind, what: str):
+    def parse(ctx, param, value):
+        if value is None:
+            return None
+        try:
+            return [kind(v) for v in value.split(",") if v.strip()]
+        except ValueError:
+            fail(f"{param.opts[0]} {value!r}: expected comma-separated {what}")
 
-
-def _float_list(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        return [float(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: expected comma-separated numbers") from None
+    return parse
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @probe_options()
-@click.option("--cpus-grid", callback=_int_list, default=None, metavar="LIST",
+@click.option("--cpus-grid", callback=_list(int, "integers"), default=None, metavar="LIST",
               help="CPU counts (default 1, 2, 4... up to the CPUs this process may use).")
-@click.option("--cache-gb", callback=_float_list, default=None, metavar="LIST",
+@click.option("--cache-gb", callback=_list(float, "numbers"), default=None, metavar="LIST",
               help="Page-cache sizes in GB (default 0, 25, 50, 75, 100% of the dataset).")
 @click.option("--target", type=click.FloatRange(0.1, 1.0), default=0.95, show_default=True,
               help="Demand = the fewest CPUs and GB reaching this share of the best throughput.")
@@ -50,13 +44,21 @@ def sensitivity(steps, precision, max_seconds, cpus_grid, cache_gb, target, max_
     """Throughput of COMMAND over CPU counts x page-cache sizes: a few probes measured, the rest predicted.
 
     Prints the matrix (measured points marked) and the job's demand vector: the fewest CPUs and GB of
-    page cache that reach --target of the best throughput. No root, no containers: CPU affinity,
-    num_workers scaled with the CPUs, and the dataset's files evicted or kept in the page cache.
+    page cache that reach --target of the best throughput. No root, no containers: CPU affinity, the
+    num_workers the model finds best for each CPU count, and the dataset's files evicted or kept in the
+    page cache. Every probe is listed with its interval and what ended it; a failed one with its stderr.
     """
+    from lotus.errors import InputError
     from lotus.launch.options import default_trace_dir, script_name
     from lotus.launch.runner import CommandNotFound, LaunchError, resolve_command
+    from lotus.profile.matrix import check_grids
     from lotus.profile.sensitivity import sensitivity as run_profile
+    from lotus.tune.tuner import allowed_cpus
 
+    try:
+        check_grids(cpus_grid, cache_gb, len(allowed_cpus()))
+    except InputError as exc:
+        fail(str(exc))
     if not command:
         raise click.UsageError("no command given: lotus sensitivity [OPTIONS] -- COMMAND [ARGS]...")
     try:
@@ -116,19 +118,43 @@ def _print(doc: dict, out: Path, fig_path: Path) -> None:
         click.echo(f"  {g:>9g} " + "".join(f"{cell:>12s}" for cell in cells))
     measured = [r for r in rows if r["measured"]]
     if measured:
-        click.echo("  measured points:")
+        click.echo("  measured points (shown as measured; the model's worker count beside when it differs):")
         for r in sorted(measured, key=lambda r: (r["cpus"], r["cache_gb"])):
+            model = r.get("model_num_workers")
+            other = (f"; the model's best is {model} workers ({r['predicted_samples_per_s']:,.0f} predicted)"
+                     if model is not None and model != r["num_workers"] and r.get("predicted_samples_per_s") else "")
             click.echo(f"    {r['cpus']} CPUs, {r['num_workers']} workers, page cache {r.get('cache_state') or '-'}: "
-                       f"{rate_text(r['samples_per_s'], r.get('ci95'))}")
+                       f"{rate_text(r['samples_per_s'], r.get('ci95'))}{other}")
+    _probes(doc["probes"])
     d = doc["demand"]
     if d:
         rate = rate_text(d["samples_per_s"], d.get("ci95")) if d["measured"] else f"{d['samples_per_s']:,.0f} samples/s"
+        share = d["samples_per_s"] / d["best_samples_per_s"] if d["best_samples_per_s"] else 0.0
         click.echo(f"  demand: {d['cpus']} CPUs ({d.get('num_workers')} workers) and {d['cache_gb']:g} GB of page "
-                   f"cache reach {rate} (>= {doc['target']:.0%} of the best, {d['best_samples_per_s']:,.0f})"
-                   f"{' (measured)' if d['measured'] else ' (predicted)'}")
+                   f"cache reach {rate} ({share:.0%} of the best, {d['best_samples_per_s']:,.0f}; target "
+                   f">= {doc['target']:.0%}){' (measured)' if d['measured'] else ' (predicted)'}")
     if doc.get("full_sweep_estimate_s"):
         click.echo(f"  a full sweep would take about {doc['full_sweep_estimate_s']:.0f} s "
                    f"({doc['seconds'] / doc['full_sweep_estimate_s']:.0%} of it spent here)")
     for n in doc["notes"]:
         click.echo(f"  note: {n}")
     click.echo(f"  heatmap: {fig_path}")
+
+
+def _probes(probes: list[dict]) -> None:
+    """Every probe: CPUs, workers, page cache, samples/s with its interval, why it ended; failed ones' stderr."""
+    from lotus.trace.steady import ended_by
+
+    click.echo(f"  {'probe':<18} {'CPUs':>4} {'workers':>7} {'samples/s':>10} {'95% CI':>19} {'wall s':>7} "
+               f"{'ended by':<10} page cache")
+    for p in probes:
+        rate = f"FAILED {p['exit_code']}" if p["exit_code"] else (
+            "-" if p.get("samples_per_s") is None else f"{p['samples_per_s']:,.1f}")
+        ci = f"{p['ci95'][0]:,.1f}-{p['ci95'][1]:,.1f}" if p.get("ci95") else "-"
+        click.echo(f"  {p['name']:<18} {p['cpus']:>4} {p['num_workers']!s:>7} {rate:>10} {ci:>19} "
+                   f"{p.get('wall_s') or 0:>7.1f} {ended_by(p.get('stopped_by'), p['exit_code']):<10} "
+                   f"{p.get('cache_state') or '-'}")
+    for p in probes:
+        if p["exit_code"]:
+            for line in failed_probe_lines(p["name"], p["exit_code"], p.get("stderr_tail") or ""):
+                click.echo(line)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lotus.commands._params import cpus_option, probe_options, rate_text
+from lotus.commands._params import cpus_option, failed_probe_lines, probe_options, rate_text
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -50,9 +50,7 @@ def stalls(steps, precision, max_seconds, data, workers, cpus, out, timeout_s, a
         raise click.UsageError(str(exc)) from None
     first = report.probes.get("listing")
     if first is not None and (first.exit_code != 0 or first.note):
-        lines = first.stderr_tail.strip().splitlines()
-        tail = f"; its stderr ends with: {lines[-1]}" if lines else ""
-        click.echo(f"lotus: error: the first probe failed: {first.note}{tail} (traces in {out})", err=True)
+        click.echo(f"lotus: error: the first probe failed: {first.note} (traces in {out})", err=True)
         raise click.exceptions.Exit(1)
     doc = report.to_dict()
     doc["out"] = str(out)
@@ -95,5 +93,23 @@ def _print(d: dict) -> None:
                    f"DS-Analyzer's differential analysis would say {d['differential_stall_share']:.0%}")
     elif d.get("stall_source") == "differential":
         click.echo("  prep stall: differential (warm iteration - compute): the warm run traced no waits")
+    _probes(d.get("probes") or {})
     for note in d["notes"]:
         click.echo(f"  note: {note}")
+
+
+def _probes(probes: dict) -> None:
+    """Every probe: samples/s with its interval, wall time and why it ended; failed ones' stderr tail."""
+    from lotus.trace.steady import ended_by
+
+    click.echo(f"  {'probe':<10} {'samples/s':>10} {'95% CI':>19} {'wall s':>7} ended by")
+    for p in probes.values():
+        rate = f"FAILED {p['exit_code']}" if p["exit_code"] else (
+            "-" if p.get("samples_per_s") is None else f"{p['samples_per_s']:,.1f}")
+        ci = f"{p['ci95'][0]:,.1f}-{p['ci95'][1]:,.1f}" if p.get("ci95") else "-"
+        click.echo(f"  {p['name']:<10} {rate:>10} {ci:>19} {p['wall_s']:>7.1f} "
+                   f"{ended_by(p.get('stopped_by'), p['exit_code'])}")
+    for p in probes.values():
+        if p["exit_code"]:
+            for line in failed_probe_lines(p["name"], p["exit_code"], p.get("stderr_tail") or ""):
+                click.echo(line)

@@ -24,7 +24,11 @@ def _progress():
     def on_end(spec, outcome) -> None:
         wall = "" if outcome.wall_s is None else f" after {outcome.wall_s:.1f} s"
         what = "profiling probe of " if spec.kind == "probe" else ""
-        click.echo(f"lotus submit: {what}{spec.name} ended: exit code {outcome.exit_code}{wall}", err=True)
+        rate = ""
+        if outcome.samples_per_s is not None:
+            ci = f" (95% CI {outcome.ci95[0]:,.1f}-{outcome.ci95[1]:,.1f})" if outcome.ci95 else " (no interval)"
+            rate = f", {outcome.samples_per_s:,.1f} samples/s{ci}"
+        click.echo(f"lotus submit: {what}{spec.name} ended: exit code {outcome.exit_code}{wall}{rate}", err=True)
 
     return on_start, on_end
 
@@ -80,7 +84,7 @@ def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps
     from lotus.submit.dispatch import known_curves
     from lotus.submit.dispatch import submit as run_submit
     from lotus.submit.plan import PlanOptions, build_plan
-    from lotus.submit.results import plan_lines, table_lines
+    from lotus.submit.results import plan_lines, probe_lines, table_lines
 
     if out_dir is None:
         out_dir = Path("lotus-submit") / f"{apps_csv.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -139,7 +143,7 @@ def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps
 
         echo_json(result.to_dict())
     else:
-        for line in table_lines(result.results):
+        for line in probe_lines(result.probes) + table_lines(result.results):
             click.echo(line)
         if result.report is not None:
             click.echo(f"report: {result.report}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lotus.commands._params import cpus_option, probe_options, rate_text
+from lotus.commands._params import cpus_option, failed_probe_lines, probe_options, rate_text
 
 _KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
 
@@ -100,6 +100,8 @@ def _ci(ci) -> str:
 
 
 def _print(r) -> None:
+    from lotus.trace.steady import ended_by
+
     failed = [p for p in r.probes if p.failed]
     click.echo(f"lotus tune: {len(r.probes)} probes in {r.seconds:.0f} s ({r.cpus} CPUs); traces in {r.out}")
     click.echo("  recommended:")
@@ -121,10 +123,12 @@ def _print(r) -> None:
         click.echo(f"  {p.name:<24} {_num(s.get('num_workers'), '{}'):>7} {_num(s.get('prefetch_factor'), '{}'):>3} "
                    f"{s.get('pin_memory')!s:>5} {s.get('persistent_workers')!s:>7} {rate:>10} "
                    f"{_ci(p.ci95):>19} {_num(p.predicted_samples_per_s):>10} {_num(p.wait_share, '{:.0%}'):>5} "
-                   f"{p.wall_s:>7.1f} {p.stopped_by or '-'}")
+                   f"{p.wall_s:>7.1f} {'failed' if p.failed else ended_by(p.stopped_by, p.exit_code)}")
+    for p in r.probes:
+        if p.note and not p.failed:
+            click.echo(f"  {p.name}: {p.note}")
     for p in failed:
-        click.echo(f"  {p.name} failed (exit code {p.exit_code}); its stderr ends with:")
-        for line in (p.stderr_tail or "(nothing)").strip().splitlines()[-10:]:
-            click.echo(f"    | {line}")
+        for line in failed_probe_lines(p.name, p.exit_code, p.stderr_tail):
+            click.echo(line)
     for n in r.notes:
         click.echo(f"  note: {n}")

@@ -82,6 +82,8 @@ def _print(w) -> None:
                f"prefetch_factor={m['prefetch_factor']}: measured {rate_text(m['samples_per_s'], m.get('ci95'))} "
                f"(wait {_num(m['wait_share'], '{:.1%}')}), model {_num(m['predicted_samples_per_s'])} samples/s "
                f"(wait {_num(m['predicted_wait_share'], '{:.1%}')}), bottleneck: {m['bottleneck']}")
+    if m.get("note"):
+        click.echo(f"note: measured: {m['note']}")
     t = w.predictions
     has_cache = t["cache_gb"].notna().any()
     head = f"{'workers':>7} {'cpus':>5} " + (f"{'cache GB':>8} {'hit':>6} " if has_cache else "") + \

@@ -173,16 +173,18 @@ def int_or_none(v) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
-def measured_rate(run, loader: int, ranks: int) -> tuple[float | None, tuple[float, float] | None]:
-    """The one measure (:mod:`lotus.analysis.throughput`) of ``loader`` per rank, and its 95% interval."""
+def measured_rate(run, loader: int, ranks: int) -> tuple[float | None, tuple[float, float] | None, str | None]:
+    """The one measure (:mod:`lotus.analysis.throughput`) of ``loader`` per rank, its 95% interval and its
+    note (a wide interval, a short window), as ``lotus analyze throughput`` reports them."""
     from lotus.analysis.throughput import loader_rates
     from lotus.trace.steady import combine
 
     rates = [r for (_rank, lid), (r, _nb, _ns) in loader_rates(run.batches, run.loaders).items() if lid == loader]
     total, ci = combine(rates)
+    note = "; ".join(sorted({r.note for r in rates if r.note})) or None
     if total is None:
-        return None, None
-    return total / ranks, ((ci[0] / ranks, ci[1] / ranks) if ci else None)
+        return None, None, note
+    return total / ranks, ((ci[0] / ranks, ci[1] / ranks) if ci else None), note
 
 
 __all__ = ["busy_workers", "epoch_restarts", "handoff", "int_or_none", "measured_rate", "rereads", "steps",

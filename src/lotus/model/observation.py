@@ -197,11 +197,11 @@ def observe(run: RunTrace) -> Observation:
     if cpus is not None and len(ranks) > 1:
         notes.append(f"{run.name}: {len(ranks)} ranks: CPUs split evenly among them ({cpus:g} per rank)")
     sample_ms = float(np.nansum(items[have]) / np.sum(n[have]) / 1e6) if have.any() else None
-    rate, rate_ci = measures.measured_rate(run, loader, len(ranks))
+    rate, rate_ci, rate_note = measures.measured_rate(run, loader, len(ranks))
     summary = RunSummary(
         name=run.name, num_workers=int(nw), cpus=cpus, batch_size=int(bs), prefetch_factor=int(pf or 0),
         ranks=len(ranks), batches=int(have.sum()), cache_state=run.cache_state or "warm",
-        samples_per_s=rate, samples_per_s_ci95=rate_ci, wait_share=wait_share,
+        samples_per_s=rate, samples_per_s_ci95=rate_ci, samples_per_s_note=rate_note, wait_share=wait_share,
         steady_wait_share=steady_wait, busy_workers=busy, sample_ms=sample_ms,
         dataset_len=measures.int_or_none(desc.get("dataset_len")), sampler=desc.get("sampler"))
     if desc.get("in_order") is False or desc.get("delivery_order") not in (None, "in_order"):

@@ -54,6 +54,7 @@ class RunSummary:
     dataset_len: int | None = None  # from the loader description
     sampler: str | None = None
     samples_per_s_ci95: tuple[float, float] | None = None  # 95% interval of samples_per_s
+    samples_per_s_note: str | None = None  # the measure's note (an interval wider than the target, a short window)
 
 
 @dataclass

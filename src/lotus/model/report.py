@@ -89,7 +89,8 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
     table = prediction_table(model, workers, cpus, cache=cache_rows, batch_size=batch_size)
     measured = {"num_workers": t.num_workers, "cpus": t.cpus, "batch_size": t.batch_size,
                 "prefetch_factor": t.prefetch_factor, "samples_per_s": t.samples_per_s,
-                "ci95": list(t.samples_per_s_ci95) if t.samples_per_s_ci95 else None, "wait_share": t.wait_share,
+                "ci95": list(t.samples_per_s_ci95) if t.samples_per_s_ci95 else None,
+                "note": t.samples_per_s_note, "wait_share": t.wait_share,
                 "predicted_samples_per_s": traced.samples_per_s, "predicted_wait_share": traced.wait_share,
                 "bottleneck": traced.bottleneck}
     if t.samples_per_s:

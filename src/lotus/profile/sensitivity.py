@@ -15,8 +15,14 @@ prediction), not a fixed CPUs - 1.
    job's recorded sample order). The demand point (the fewest CPUs, then GB, reaching ``target`` of the
    best throughput) is then probed, the model refitted, and the demand recomputed until it lands on a
    measured point (within ``max_probes`` and ``max_minutes``; otherwise the note says it is predicted).
+   A failed probe does not end the search: its worker count is left out for those CPUs and the model's
+   next-best one is probed (its stderr tail is kept and noted). A note always says why the search stopped.
 5. the matrix is made monotone where the model says it must be (more CPUs, each with its best worker
-   count, or more cache never lower): a predicted point is clamped between the measured points around it.
+   count, or more cache never lower): see :mod:`lotus.profile.matrix`. A measured point always shows
+   its measurement.
+
+When the dataset's files are unknown nothing can be evicted or warmed: every probe runs with the page
+cache as found, and says so (``as found (dataset files unknown)``).
 
 Each probe has its own trace directory under ``out``; a probe whose directory already holds a finished
 run (``lotus-run.json`` with exit code 0) is reused, so an interrupted profile resumes.
@@ -32,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lotus.launch import LaunchOptions, launch
+from lotus.profile import matrix as mx
 from lotus.profile import pagecache
 from lotus.profile.stalls import listed_files
 
@@ -40,26 +47,12 @@ GB = 1e9
 
 
 @dataclass
-class Point:
-    cpus: int
-    cache_gb: float
-    samples_per_s: float | None
-    measured: bool
-    predicted_samples_per_s: float | None = None
-    bottleneck: str | None = None
-    probe: str | None = None
-    num_workers: int | None = None  # the worker count the point is for (the model's best for these CPUs)
-    ci95: list[float] | None = None  # measured points: the probe's 95% interval
-    cache_state: str | None = None  # measured points: the page cache as the probe ran (as-is, warm, cold, N GB)
-
-
-@dataclass
 class Profile:
     command: list[str]
     cpus_grid: list[int]
     cache_grid_gb: list[float]
     dataset_bytes: float | None
-    matrix: list[Point] = field(default_factory=list)
+    matrix: list[mx.Point] = field(default_factory=list)
     demand: dict | None = None
     target: float = 0.95
     probes: list[dict] = field(default_factory=list)
@@ -72,16 +65,6 @@ class Profile:
                 "dataset_bytes": self.dataset_bytes, "target": self.target,
                 "matrix": [vars(p) for p in self.matrix], "demand": self.demand, "probes": self.probes,
                 "notes": self.notes, "seconds": self.seconds, "full_sweep_estimate_s": self.full_sweep_estimate_s}
-
-
-def cpu_grid(allowed: list[int]) -> list[int]:
-    """1, 2, 4, 8... up to the number of CPUs this process may use (and that number)."""
-    n = len(allowed)
-    out, v = [], 1
-    while v < n:
-        out.append(v)
-        v *= 2
-    return [*out, n]
 
 
 def _cpu_set(allowed: list[int], n: int) -> list[int]:
@@ -106,7 +89,7 @@ class _Prober:
         if done is None:
             if time.monotonic() > self.deadline:
                 return None
-            workers = default_workers(cpus) if workers is None else workers
+            workers = mx.default_workers(cpus) if workers is None else workers
             self.progress(f"{name} ({workers} workers)")
             self._set_cache(cache)
             probe = launch(self.command, LaunchOptions(
@@ -114,16 +97,26 @@ class _Prober:
                 max_seconds=self.max_seconds if self.precision else None, cpus=_cpu_set(self.allowed, cpus),
                 workers=workers, capture=True, timeout_s=self.timeout_s, list_dataset_files=list_files))
             s = probe.summary()
+            if list_files and not self.files:
+                self.files = listed_files(trace)
             label = cache if isinstance(cache, str) else f"{float(cache) / GB:.3g} GB"
-            done = {"name": name, "trace_dir": str(trace), "cpus": cpus, "cache": cache, "cache_state": label,
+            done = {"name": name, "trace_dir": str(trace), "cpus": cpus, "cache": cache,
+                    "cache_state": label if self.files else mx.FILES_UNKNOWN,
                     "num_workers": workers, "exit_code": probe.exit_code, "wall_s": probe.wall_s,
                     "samples_per_s": s.get("samples_per_s"), "ci95": s.get("ci95"), "stopped_by": probe.stopped_by,
-                    "reused": False, "stderr_tail": probe.stderr_tail()[-1500:] if probe.exit_code else ""}
+                    "note": s.get("note") or (None if s.get("traced") else s.get("reason")), "reused": False,
+                    "stderr_tail": probe.stderr_tail()[-1500:] if probe.exit_code else ""}
             (trace / "lotus-probe.json").write_text(json.dumps(done))
         if list_files and not self.files:
             self.files = listed_files(trace)
         self.log.append(done)
         return done
+
+    def budget(self, cache_gb: float, dataset_gb: float) -> str | float:
+        """The page-cache state of a probe at ``cache_gb`` (as-is when the dataset's files are unknown)."""
+        if not self.files:
+            return "as-is"
+        return "cold" if cache_gb == 0 else ("warm" if cache_gb >= dataset_gb else cache_gb * GB)
 
     def _set_cache(self, cache: str | float) -> None:
         if not self.files or cache == "as-is":
@@ -138,26 +131,6 @@ class _Prober:
             order = list(self.files)
             random.Random(0).shuffle(order)
             pagecache.warm(order, budget_bytes=int(float(cache)))
-
-
-def default_workers(cpus: int) -> int:
-    """Before any model: CPUs - 1 workers (the main process keeps one), none on one CPU."""
-    return max(cpus - 1, 1) if cpus > 1 else 0
-
-
-def best_workers(model, cpus: int, cache_hit_rate=None, near_best: float = 0.02):
-    """(workers, prediction): the fewest workers whose predicted samples/s on ``cpus`` CPUs is within
-    ``near_best`` of the best over 0 .. 2 x cpus (more workers than that only share the same CPUs)."""
-    preds = {}
-    for w in range(0, 2 * cpus + 1):
-        p = model.predict(w, float(cpus), cache_hit_rate=cache_hit_rate)
-        if p.samples_per_s:
-            preds[w] = p
-    if not preds:
-        return default_workers(cpus), model.predict(default_workers(cpus), float(cpus), cache_hit_rate=cache_hit_rate)
-    top = max(p.samples_per_s for p in preds.values())
-    w = min(w for w, p in preds.items() if p.samples_per_s >= (1 - near_best) * top)
-    return w, preds[w]
 
 
 def _finished(trace: Path) -> dict | None:
@@ -175,82 +148,108 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
                 cache_grid_gb: list[float] | None = None, target: float = 0.95,
                 max_probes: int = 6, max_minutes: float = 30.0, timeout_s: float | None = None,
                 progress=None, precision: float | None = 0.03, max_seconds: float | None = 90.0) -> Profile:
-    """Profile ``command`` (see the module doc)."""
+    """Profile ``command`` (see the module doc). InputError for a CPU grid outside this process's CPUs or a
+    negative cache size."""
     from lotus.model import fit, load_run
 
     t0 = time.monotonic()
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    grid = mx.check_grids(cpus_grid, cache_grid_gb, len(allowed))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    grid = sorted({c for c in (cpus_grid or cpu_grid(allowed)) if 1 <= c <= len(allowed)})
     prober = _Prober(command, out, steps, allowed, timeout_s, t0 + max_minutes * 60, progress or (lambda n: None),
                      precision=precision, max_seconds=max_seconds)
     profile = Profile(command=list(command), cpus_grid=grid, cache_grid_gb=[], dataset_bytes=None, target=target)
     first = prober.run(f"c{grid[-1]}-as-is", grid[-1], "as-is", list_files=True)
     if first is None or first["exit_code"] != 0 or first["samples_per_s"] is None:
-        profile.notes.append("the first probe failed or traced no DataLoader; nothing else was run")
+        why = _failure(first) if first else "the time budget is spent"
+        profile.notes.append(f"the first probe failed or traced no DataLoader ({why}); nothing else was run")
         profile.probes = prober.log
         return profile
     if prober.files:
         profile.dataset_bytes = float(sum(os.path.getsize(f) for f in prober.files if os.path.exists(f)))
     else:
-        profile.notes.append("the dataset's files are unknown: memory is not profiled (CPUs only)")
+        profile.notes.append("the dataset's files are unknown: memory is not profiled (CPUs only) and every probe "
+                             "ran with the page cache as found")
     runs = [load_run(first["trace_dir"])]
-    if len(grid) > 1:
-        low = prober.run(f"c{grid[0]}-warm", grid[0], "warm")
-        if low and low["exit_code"] == 0:
-            runs.append(load_run(low["trace_dir"]))
-    if prober.files:
-        cold = prober.run(f"c{grid[-1]}-cold", grid[-1], "cold")
-        if cold and cold["exit_code"] == 0:
-            runs.append(load_run(cold["trace_dir"], cache_state="cold"))
+    failed: dict[int, set[int]] = {}
+    low = "warm" if prober.files else "as-is"
+    first_probes = [(f"c{grid[0]}-{low}", grid[0], low)] if len(grid) > 1 else []
+    first_probes += [(f"c{grid[-1]}-cold", grid[-1], "cold")] if prober.files else []
+    for name, cpus, cache in first_probes:
+        p = prober.run(name, cpus, cache)
+        if p is not None and _ok(p):
+            runs.append(load_run(p["trace_dir"], cache_state="cold" if cache == "cold" else None))
+        elif p is not None:
+            failed.setdefault(cpus, set()).add(p["num_workers"])
+            profile.notes.append(f"probe {name} failed: {_failure(p)}; the search goes on without it")
     dataset_gb = (profile.dataset_bytes or 0) / GB
     profile.cache_grid_gb = cache_grid_gb or ([round(dataset_gb * f, 3) for f in (0, 0.25, 0.5, 0.75, 1.0)]
                                               if profile.dataset_bytes else [])
-    measured: dict[tuple[int, float], dict] = {}
+    measured: dict[tuple[int, float], list[dict]] = {}
     top_gb = profile.cache_grid_gb[-1] if profile.cache_grid_gb else 0.0
     for p in prober.log:
-        key = (p["cpus"], 0.0 if p["cache"] == "cold" else top_gb)
-        measured[key] = p
+        if _ok(p):
+            measured.setdefault((p["cpus"], 0.0 if p["cache"] == "cold" else top_gb), []).append(p)
     hits = _hit_rates(runs[0], profile.dataset_bytes)
     bps = (profile.dataset_bytes / max(len(prober.files), 1)) if prober.files else None
     seen: set[tuple[int, float, int | None]] = set()
     while True:
         model = fit(runs, bytes_per_sample=bps)
-        profile.matrix = _predict(model, grid, profile.cache_grid_gb, hits, profile.dataset_bytes)
-        _apply_measured(profile.matrix, measured)
-        _monotone(profile.matrix)
-        demand = _demand(profile.matrix, target)
-        profile.demand = demand
-        if demand is None:
+        profile.matrix = mx.predict(model, grid, profile.cache_grid_gb, hits, profile.dataset_bytes, exclude=failed)
+        mx.apply_measured(profile.matrix, measured)
+        order_notes = mx.monotone(profile.matrix)
+        profile.demand = mx.demand(profile.matrix, target)
+        if profile.demand is None:
+            stop = "the search stopped: no point of the matrix has a rate"
             break
-        todo = demand if not demand["measured"] else _best_unmeasured(profile.matrix)
-        if todo is None:  # the demand point and the best point it is measured against are both measured
+        todo, what = mx.next_point(profile.matrix, profile.demand)
+        if todo is None:
+            stop = "the search stopped: the demand point and the best point it is measured against are measured"
             break
-        key = (todo["cpus"], todo["cache_gb"])
-        what = "demand" if todo is demand else "best"
-        if len(prober.log) >= max_probes or (*key, todo.get("num_workers")) in seen:
-            profile.notes.append(f"the {what} point ({key[0]} CPUs, {key[1]:g} GB) is predicted, not measured: "
-                                 + ("the probe budget is spent" if len(prober.log) >= max_probes
-                                    else "its probe did not settle it"))
+        key, w = (todo.cpus, todo.cache_gb), todo.model_num_workers
+        where = f"the {what} point ({key[0]} CPUs, {w} workers, {key[1]:g} GB) is predicted, not measured"
+        if todo.measured:
+            where = (f"the {what} point ({key[0]} CPUs, {key[1]:g} GB) is measured with {todo.num_workers} workers "
+                     f"only; the model expects more with {w}")
+        if len(prober.log) >= max_probes:
+            stop = f"the search stopped: the probe budget is spent ({max_probes} probes); {where}"
             break
-        seen.add((*key, todo.get("num_workers")))
-        budget = "cold" if todo["cache_gb"] == 0 else ("warm" if todo["cache_gb"] >= dataset_gb
-                                                          else todo["cache_gb"] * GB)
-        probe = prober.run(f"c{key[0]}-m{key[1]:g}-w{todo.get('num_workers')}", key[0], budget,
-                           workers=todo.get("num_workers"))
-        if probe is None or probe["exit_code"] != 0 or probe["samples_per_s"] is None:
-            profile.notes.append("stopped early: the time budget is spent or a probe failed; the demand point is "
-                                 "predicted, not measured")
+        if (*key, w) in seen:
+            stop = f"the search stopped: {where}: its probe did not settle it"
             break
-        measured[key] = probe
-        runs.append(load_run(probe["trace_dir"], cache_state="cold" if budget == "cold" else None))
+        seen.add((*key, w))
+        name = f"c{key[0]}-m{key[1]:g}-w{w}"
+        probe = prober.run(name, key[0], prober.budget(key[1], dataset_gb), workers=w)
+        if probe is None:
+            stop = f"the search stopped: the time budget is spent ({max_minutes:g} min); {where}"
+            break
+        if not _ok(probe):
+            failed.setdefault(key[0], set()).add(w)
+            profile.notes.append(f"probe {name} failed: {_failure(probe)}; the search goes on without {w} workers "
+                                 f"on {key[0]} CPUs")
+            continue
+        measured.setdefault(key, []).append(probe)
+        runs.append(load_run(probe["trace_dir"], cache_state="cold" if probe["cache"] == "cold" else None))
+    profile.notes += [stop, *order_notes] if profile.demand is not None else [stop]
     profile.probes = prober.log
     profile.seconds = time.monotonic() - t0
     per_probe = [p["wall_s"] for p in prober.log if not p.get("reused")]
     if per_probe:
         profile.full_sweep_estimate_s = sum(per_probe) / len(per_probe) * len(profile.matrix)
     return profile
+
+
+def _ok(p: dict) -> bool:
+    return p["exit_code"] == 0 and p.get("samples_per_s") is not None
+
+
+def _failure(p: dict) -> str:
+    """'exit code 7: job: simulated OOM' (the last line of its stderr), or why it has no rate."""
+    if p["exit_code"] != 0:
+        lines = (p.get("stderr_tail") or "").strip().splitlines()
+        return f"exit code {p['exit_code']}" + (f": {lines[-1].strip()}" if lines else "")
+    return f"no steady rate ({p.get('note') or 'no batch traced'})"
 
 
 def _hit_rates(run, dataset_bytes):
@@ -266,75 +265,6 @@ def _hit_rates(run, dataset_bytes):
     return steady_hit_rates(cache_hit_rates(epochs, n, n_epochs=3, policies=("lru",)))
 
 
-def _apply_measured(matrix: list[Point], measured: dict) -> None:
-    """Measured rates replace predictions, unless the probe ran another worker count than the model now finds
-    best for those CPUs and the model expects clearly more there (above the probe's interval): then the point
-    keeps the prediction at the model's worker count (and is probed again if it matters)."""
-    for p in matrix:
-        m = measured.get((p.cpus, p.cache_gb))
-        if m is not None and m.get("samples_per_s") is not None:
-            if m.get("num_workers") is not None and p.num_workers is not None and m["num_workers"] != p.num_workers:
-                hi = (m.get("ci95") or [None, m["samples_per_s"] * 1.02])[1]
-                if p.predicted_samples_per_s and p.predicted_samples_per_s > hi:
-                    continue
-            p.measured, p.samples_per_s, p.probe = True, m["samples_per_s"], m["name"]
-            p.ci95, p.cache_state = m.get("ci95"), m.get("cache_state") or str(m.get("cache"))
-            if m.get("num_workers") is not None:
-                p.num_workers = m["num_workers"]
 
 
-def _monotone(matrix: list[Point]) -> None:
-    """Clamp each predicted point between the measured points it must not beat or fall below (fewer or
-    equal CPUs and cache: at least theirs; more or equal: at most theirs)."""
-    meas = [p for p in matrix if p.measured and p.samples_per_s]
-    for p in matrix:
-        if p.measured or not p.samples_per_s:
-            continue
-        lo = max((m.samples_per_s for m in meas if m.cpus <= p.cpus and m.cache_gb <= p.cache_gb), default=None)
-        hi = min((m.samples_per_s for m in meas if m.cpus >= p.cpus and m.cache_gb >= p.cache_gb), default=None)
-        v = p.samples_per_s
-        if hi is not None:
-            v = min(v, hi)
-        if lo is not None:
-            v = max(v, lo)
-        p.samples_per_s = v
-
-
-def _predict(model, grid, cache_gb, hits, dataset_bytes) -> list[Point]:
-    from lotus.model.tables import hit_rate_at
-
-    points = []
-    for gb in cache_gb or [None]:
-        if gb is None:
-            h = None
-        elif hits is not None and dataset_bytes:
-            h = hit_rate_at(hits, gb, dataset_bytes)
-        else:
-            h = min(gb * GB / dataset_bytes, 1.0) if dataset_bytes else None
-        for c in grid:
-            w, p = best_workers(model, c, cache_hit_rate=h)
-            points.append(Point(cpus=c, cache_gb=gb if gb is not None else 0.0, samples_per_s=p.samples_per_s,
-                                measured=False, predicted_samples_per_s=p.samples_per_s, bottleneck=p.bottleneck,
-                                num_workers=w))
-    return points
-
-
-def _best_unmeasured(matrix: list[Point]) -> dict | None:
-    """The point with the highest rate when it is not measured (the demand's target is a share of it)."""
-    rated = [p for p in matrix if p.samples_per_s]
-    if not rated:
-        return None
-    top = max(rated, key=lambda q: (q.samples_per_s, -q.cpus))
-    return None if top.measured else {"cpus": top.cpus, "cache_gb": top.cache_gb, "num_workers": top.num_workers}
-
-
-def _demand(matrix: list[Point], target: float) -> dict | None:
-    """The fewest CPUs, then the least cache, whose throughput reaches ``target`` of the best."""
-    rated = [p for p in matrix if p.samples_per_s]
-    if not rated:
-        return None
-    best = max(p.samples_per_s for p in rated)
-    ok = [p for p in rated if p.samples_per_s >= target * best]
-    p = min(ok, key=lambda q: (q.cpus, q.cache_gb))
-    return {"cpus": p.cpus, "cache_gb": p.cache_gb, "samples_per_s": p.samples_per_s, "best_samples_per_s": best,
-            "measured": p.measured, "num_workers": p.num_workers, "ci95": p.ci95}
+__all__ = ["Profile", "sensitivity"]

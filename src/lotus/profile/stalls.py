@@ -51,6 +51,7 @@ class ProbeResult:
     stopped_by: str | None = None
     steady_wait_share: float | None = None  # the loop's measured waits, first batch of each epoch left out
     window_wait_share: float | None = None  # the loop's measured waits inside the rate's window (epoch starts in)
+    rate_note: str | None = None  # the rate's own note (an interval wider than the target, a short window...)
 
 
 @dataclass
@@ -194,16 +195,18 @@ def _probe(name: str, command, out: Path, base: LaunchOptions, **extra) -> Probe
                          capture=True, env=dict(base.env), timeout_s=base.timeout_s, **extra)
     probe = launch(command, opts)
     note = None
+    tail = probe.stderr_tail()[-2000:] if probe.exit_code != 0 else ""
     if probe.exit_code != 0:
-        note = f"exit code {probe.exit_code}"
+        last = tail.strip().splitlines()
+        note = f"exit code {probe.exit_code}" + (f": {last[-1].strip()}" if last else "")
     s = probe.summary() if probe.trace_dir is not None else {}
     if probe.exit_code == 0 and not s.get("traced"):
         note = "the command created no DataLoader"
     return ProbeResult(name=name, trace_dir=str(opts.trace_dir), exit_code=probe.exit_code, wall_s=probe.wall_s,
                        samples_per_s=s.get("samples_per_s"), wait_share=s.get("wait_share"), note=note,
-                       stderr_tail=probe.stderr_tail()[-2000:] if probe.exit_code != 0 else "", ci95=s.get("ci95"),
+                       stderr_tail=tail, ci95=s.get("ci95"),
                        stopped_by=probe.stopped_by, steady_wait_share=s.get("steady_wait_share"),
-                       window_wait_share=s.get("window_wait_share"))
+                       window_wait_share=s.get("window_wait_share"), rate_note=s.get("note"))
 
 
 def stalls(command: list[str], out: str | os.PathLike, *, steps: int = 600, data: str | None = None,
@@ -258,7 +261,9 @@ def stalls(command: list[str], out: str | os.PathLike, *, steps: int = 600, data
         pagecache.warm(files, budget_bytes=int(0.8 * (_mem_available() or 0)) or None)  # leave it as found
     for p in report.probes.values():
         if p.note:
-            report.notes.append(f"probe {p.name}: {p.note}")
+            report.notes.append(f"probe {p.name}: {p.note}" + ("; the split goes on without it" if p.exit_code else ""))
+        elif p.rate_note and p.name != "listing":
+            report.notes.append(f"probe {p.name}: {p.rate_note}")
     return report
 
 

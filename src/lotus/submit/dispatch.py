@@ -67,8 +67,9 @@ def plan_apps(apps: list[AppSpec], options: PlanOptions, executor=None) -> tuple
     probes = []
     for spec, o in zip(specs, outcomes, strict=True):
         probes.append({"name": spec.name, "trace_dir": spec.trace_dir, "exit_code": o.exit_code,
-                       "samples_per_s": o.samples_per_s, "workers": spec.workers, "cpus": len(spec.cpus or ()),
-                       "wall_s": o.wall_s})
+                       "samples_per_s": o.samples_per_s, "ci95": o.ci95, "stopped_by": o.stopped_by, "note": o.note,
+                       "workers": spec.workers, "cpus": len(spec.cpus or ()), "wall_s": o.wall_s,
+                       "stderr_tail": o.stderr_tail if o.exit_code else ""})
         if not (o.ok and o.traced):
             _log.warning("%s: profiling probe gave no trace (exit code %s); its CPUs are an equal share",
                          spec.name, o.exit_code)

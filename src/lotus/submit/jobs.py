@@ -55,6 +55,9 @@ class Outcome:
     stopped: str | None = None  # the launcher's: "grace", "timeout", "interrupt"
     samples_per_s: float | None = None
     wait_share: float | None = None
+    ci95: list[float] | None = None  # 95% interval of samples_per_s (the one measure)
+    stopped_by: str | None = None  # a probe: why it ended (precision, steps, time; None: the job ended)
+    note: str | None = None  # the rate's note (an interval wider than the target, a short window...)
     traced: bool = False
     stderr_tail: str = ""
     error: str | None = None  # why it did not start / what went wrong around it
@@ -86,7 +89,7 @@ def run_spec(spec: LaunchSpec, on_start=None) -> Outcome:
     except LaunchError as exc:
         return Outcome(spec.name, spec.trace_dir, 2, 0.0, started, error=str(exc), host=host)
     out = Outcome(spec.name, spec.trace_dir, probe.exit_code, probe.wall_s, started, stopped=probe.stopped,
-                  stderr_tail=probe.stderr_tail(), host=host)
+                  stopped_by=probe.stopped_by, stderr_tail=probe.stderr_tail(), host=host)
     try:
         s = probe.summary()
     except Exception as exc:  # a damaged trace must not hide the exit code
@@ -94,4 +97,5 @@ def run_spec(spec: LaunchSpec, on_start=None) -> Outcome:
         return out
     out.traced = bool(s.get("traced"))
     out.samples_per_s, out.wait_share = s.get("samples_per_s"), s.get("wait_share")
+    out.ci95, out.note = s.get("ci95"), s.get("note")
     return out

@@ -32,6 +32,9 @@ class AppResult:
     error: str | None = None
     job_id: str | None = None
     host: str | None = None
+    ci95: list[float] | None = None  # 95% interval of samples_per_s (the one measure)
+    stopped_by: str | None = None  # why the run ended (precision, steps, time; None: the job ended)
+    note: str | None = None  # the rate's note (an interval wider than the target, a short window...)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,7 +93,8 @@ def collect(plans: list[AppPlan], outcomes: list[Outcome | None], t0_wall_s: flo
             samples_per_s=o.samples_per_s, wait_share=o.wait_share, gpu_idle_share=gpu,
             cpus=_cpus_text(p, slurm), workers=p.workers, trace_dir=str(p.trace_dir),
             start_s=None if o.started_wall_s is None else max(0.0, o.started_wall_s - t0_wall_s),
-            stderr_tail=o.stderr_tail, error=o.error, job_id=o.job_id, host=o.host))
+            stderr_tail=o.stderr_tail, error=o.error, job_id=o.job_id, host=o.host, ci95=o.ci95,
+            stopped_by=o.stopped_by, note=o.note))
     return results, configs
 
 
@@ -107,20 +111,33 @@ def _num(v, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
-def table_lines(results: list[AppResult]) -> list[str]:
-    """The per-app table as text lines, then the stderr tail of each app that failed."""
-    head = ["app", "status", "exit", "wall s", "samples/s", "wait", "GPU idle (data)", "CPUs", "workers", "trace"]
-    rows = [[r.name, r.status, _num(r.exit_code, "d"), _num(r.wall_s, ".1f"), _num(r.samples_per_s, ",.1f"),
-             _num(r.wait_share, ".1%"), _num(r.gpu_idle_share, ".1%"), r.cpus or "-", _num(r.workers, "d"),
-             r.trace_dir] for r in results]
+def _ci(ci) -> str:
+    return "-" if not ci else f"{ci[0]:,.1f}-{ci[1]:,.1f}"
+
+
+def _columns(head: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
-    right = {2, 3, 4, 5, 6, 8}
 
     def line(cells):
         return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths,
                                                                                                  strict=True))).rstrip()
 
-    out = [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    return [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def table_lines(results: list[AppResult]) -> list[str]:
+    """The per-app table as text lines (samples/s with its 95% interval and why the run ended), then the
+    rates' notes and the stderr tail of each app that failed."""
+    from lotus.trace.steady import ended_by
+
+    head = ["app", "status", "exit", "wall s", "samples/s", "95% CI", "ended by", "wait", "GPU idle (data)", "CPUs",
+            "workers", "trace"]
+    rows = [[r.name, r.status, _num(r.exit_code, "d"), _num(r.wall_s, ".1f"), _num(r.samples_per_s, ",.1f"),
+             _ci(r.ci95), ended_by(r.stopped_by, r.exit_code) if r.exit_code is not None else "-",
+             _num(r.wait_share, ".1%"), _num(r.gpu_idle_share, ".1%"), r.cpus or "-", _num(r.workers, "d"),
+             r.trace_dir] for r in results]
+    out = _columns(head, rows, {2, 3, 4, 5, 7, 8, 10})
+    out += [f"note: {r.name}: {r.note}" for r in results if r.note and r.samples_per_s is not None]
     for r in results:
         if r.status == "failed" or r.error:
             tail = (r.stderr_tail or "").strip().splitlines()[-8:]
@@ -129,6 +146,26 @@ def table_lines(results: list[AppResult]) -> list[str]:
                        + (", stderr ends with:" if tail else ""))
             out += [f"  | {t}" for t in tail]
     return out
+
+
+def probe_lines(probes: list[dict]) -> list[str]:
+    """The workers=auto profiling probes (``SubmitResult.probes``): samples/s with its 95% interval, why each
+    ended, its note; a failed probe's stderr tail."""
+    from lotus.trace.steady import ended_by
+
+    if not probes:
+        return []
+    rows = [[p["name"], _num(p.get("exit_code"), "d"), _num(p.get("wall_s"), ".1f"), str(p.get("cpus") or "-"),
+             _num(p.get("workers"), "d"), _num(p.get("samples_per_s"), ",.1f"), _ci(p.get("ci95")),
+             ended_by(p.get("stopped_by"), p.get("exit_code"))] for p in probes]
+    out = ["profiling probes:", *_columns(["probe", "exit", "wall s", "CPUs", "workers", "samples/s", "95% CI",
+                                           "ended by"], rows, {1, 2, 3, 4, 5, 6})]
+    out += [f"note: {p['name']}: {p['note']}" for p in probes if p.get("note")]
+    for p in probes:
+        tail = (p.get("stderr_tail") or "").strip().splitlines()[-8:]
+        if p.get("exit_code") and tail:
+            out += [f"{p['name']}: exit code {p['exit_code']}, stderr ends with:", *(f"  | {t}" for t in tail)]
+    return [*out, ""]
 
 
 def plan_lines(plan, executor: str = "local", slurm: dict | None = None) -> list[str]:

@@ -19,6 +19,9 @@ in-process probe stop rule of :mod:`lotus.dataloader.probe` while a job runs):
 
 ``segments``: hand-offs split into independent stretches (a replay probe's epochs): each stretch skips
 its own ramp and the gaps between stretches are not counted.
+
+An interval wider than :data:`PRECISION` (the probes' target) is never silent: the rate's ``note`` says
+so (:func:`interval_note`). :func:`ended_by` words why a probe ended for every table that lists probes.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ MAX_BLOCKS = 30  # at most this many blocks (longer blocks: less correlation bet
 MIN_ROUNDS = 2  # a window shorter than this many rounds of all workers is not a steady state
 STARTUP_FACTOR = 5.0  # a leading gap this many times the window's median gap is start-up
 MAX_STARTUP = 3  # at most this many leading batches are dropped as start-up
+PRECISION = 0.03  # the probes' target: a steady rate known to +-3% (95%); wider intervals get a note
 
 # Student's t, 97.5% quantile, by degrees of freedom (1..30); 1.96 beyond
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -71,6 +75,25 @@ class SteadyRate:
                 "rel_halfwidth": self.rel_halfwidth, "batches": self.batches, "samples": self.samples,
                 "window_s": self.window_s, "ramp_batches": self.ramp_batches,
                 "startup_batches": self.startup_batches, "blocks": self.blocks, "note": self.note}
+
+
+def interval_note(rel_halfwidth: float | None, target: float = PRECISION) -> str | None:
+    """'interval +-28.8%: the job ended (or the cap stopped it) before +-3%' when the interval is wider than
+    ``target``; None otherwise (or without an interval: its own note says why)."""
+    if rel_halfwidth is None or rel_halfwidth <= target:
+        return None
+    return f"interval +-{rel_halfwidth:.1%}: the job ended (or the cap stopped it) before +-{target * 100:g}%"
+
+
+_ENDED = {"precision": "precision", "steps": "steps cap", "time": "time cap"}
+
+
+def ended_by(stopped_by: str | None, exit_code: int | None = 0) -> str:
+    """Why a probe ended, in words: its interval (``precision``), its caps (``steps cap``, ``time cap``),
+    ``job ended`` (the job finished before any of them), ``failed``."""
+    if exit_code not in (0, None):
+        return "failed"
+    return _ENDED.get(stopped_by or "", stopped_by or "job ended")
 
 
 def _startup(t: np.ndarray, k: int) -> int:
@@ -172,6 +195,9 @@ def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=Non
             notes.append("blocks shorter than a round of the workers: the interval is rough")
     else:
         notes.append(f"{win_batches} batches after the ramp: too few for an interval")
+    wide = interval_note((ci[1] - rate) / rate if ci and rate else None)
+    if wide:
+        notes.append(wide)
     return SteadyRate(rate, ci, win_batches, total_n, total_d, k, skipped_startup, m,
                       note="; ".join(notes) or None)
 

@@ -76,7 +76,7 @@ def run_tuning(probe: Callable[..., Measurement], fit: Callable[[list[Measuremen
     if "prefetch_factor" in o.only:
         cur = tune_prefetch(s, cur, tolerance=o.tolerance, near_best=o.near_best, min_gain=o.min_gain)
     if "pin_memory" in o.only:
-        cur = tune_pin(s, cur, min_gain=o.min_gain)
+        cur = tune_pin(s, cur, min_gain=o.min_gain, near_best=o.near_best)
     if "persistent_workers" in o.only:
         short = min(o.steps, CROSS_STEPS)  # an epoch-crossing probe runs a fixed length, not to a precision
         cur, gain = tune_persistent(s, cur, steps=short, cross_max_steps=o.cross_max_steps or 3 * short)
@@ -128,7 +128,7 @@ def _record(e) -> ProbeRecord:
                        samples_per_s=m.samples_per_s, predicted_samples_per_s=e.predicted_samples_per_s,
                        wait_share=m.wait_share, wall_s=m.wall_s, exit_code=m.exit_code, failed=not m.ok,
                        steps=m.steps, trace_dir=m.trace_dir, stderr_tail="" if m.ok else m.stderr_tail,
-                       ci95=list(m.ci95) if m.ci95 else None, stopped_by=m.stopped_by)
+                       ci95=list(m.ci95) if m.ci95 else None, stopped_by=m.stopped_by, note=m.note)
 
 
 __all__ = ["TuneOptions", "run_tuning"]

@@ -1,19 +1,23 @@
 """prefetch_factor, pin_memory and persistent_workers, once num_workers is chosen (pure over a Session).
 
-Each step starts from ``current``: the measurement of the best settings so far, and changes a setting only
-when a probe (or, for persistent_workers on long epochs, an estimate from the trace) shows a gain of at
-least ``min_gain`` over it; otherwise the job's own value stays.
+Each step starts from ``current``: the measurement of the best settings so far, and changes a setting to a
+costlier value only when a probe (or, for persistent_workers on long epochs, an estimate from the trace)
+shows a gain of at least ``min_gain`` over it with the intervals apart. Cheapest among equals: where the
+job's own value is the costlier one (prefetch_factor above 2, pin_memory=True, persistent_workers=True),
+the cheaper value is probed and taken when it cannot be told apart from the current best (the interval test
+of the worker choice, :func:`lotus.tune.search.indistinct`). Every probed and rejected step gets a note.
 
 * prefetch_factor: 2 -> 4 -> 8, only while batches arrive late although the workers could keep up
   (the loop waits ``LATE_WAIT`` or more of its time and the model's worker capacity exceeds the measured
   rate by ``tolerance``: bursty arrivals), or the model predicts a gain; stops at the first step that
   does not gain.
-* pin_memory: only when the job used CUDA (GPU events in its trace); pinning is a no-op on CPU.
+* pin_memory: probed only when the job used CUDA (GPU events in its trace); without CUDA pinning is a
+  no-op and False is recommended outright.
 * persistent_workers: the cost of an epoch start (workers shut down and started again) against the
   epoch's length. Measured with a probe per value that crosses an epoch boundary when an epoch is
   short enough; else estimated from the trace: the first epoch's start-up (iterator created -> first
   batch) minus one batch's preparation, over the epoch's time (batches per epoch x the steady batch
-  interval). Switched when the share of an epoch saved is ``EPOCH_MIN_GAIN`` or more.
+  interval). True when the share of an epoch saved is ``EPOCH_MIN_GAIN`` or more, else False.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from lotus.tune.search import Session
+from lotus.tune.search import Session, indistinct
 from lotus.tune.types import LoaderSettings, Measurement
 
 _log = logging.getLogger("lotus.tune")
@@ -51,13 +55,30 @@ def _better(m: Measurement | None, than: Measurement, min_gain: float) -> bool:
     return not (m.ci95 and than.ci95 and m.ci95[0] <= than.ci95[1])
 
 
-def _same(m: Measurement | None, than: Measurement) -> bool:
-    """``m`` cannot be told apart from ``than`` (intervals overlap; without intervals: within 2%)."""
-    if m is None or not m.ok:
-        return False
-    if m.ci95 and than.ci95:
-        return m.ci95[1] >= than.ci95[0] and than.ci95[1] >= m.ci95[0]
-    return abs(m.samples_per_s - than.samples_per_s) <= 0.02 * than.samples_per_s
+def _rate(m: Measurement) -> str:
+    """'135.7 (115.9-155.4)': a probe's samples/s and its 95% interval."""
+    ci = f" ({m.ci95[0]:,.1f}-{m.ci95[1]:,.1f})" if m.ci95 else ""
+    return f"{m.samples_per_s:,.1f}{ci}"
+
+
+def _cheaper(s: Session, cur: Current, settings: LoaderSettings, knob: str, value, own, *, near_best: float,
+             predicted: float | None = None) -> Current | None:
+    """Probe the cheaper ``value`` of ``knob`` (the job has ``own``); the new Current when it cannot be told
+    apart from the current best (:func:`lotus.tune.search.indistinct`, as for num_workers), else None."""
+    trial = s.measure(settings, knob, predicted=predicted)
+    if trial is None:
+        s.notes.append(f"{knob}: budget spent before the cheaper {value} was probed: kept {own}")
+        return None
+    if not trial.ok:
+        s.notes.append(f"{knob}: the cheaper {value} failed (exit code {trial.exit_code}): kept {own}")
+        return None
+    m = cur.measurement
+    if indistinct(trial.samples_per_s, trial.ci95, m.samples_per_s, m.ci95, near_best):
+        how = "not slower than" if trial.samples_per_s >= m.samples_per_s else "cannot be told apart from"
+        s.notes.append(f"{knob}: {value}: {_rate(trial)} {how} {own}: {_rate(m)}: the cheaper {value}")
+        return Current(settings, trial)
+    s.notes.append(f"{knob}: the cheaper {value}: {_rate(trial)} below {own}: {_rate(m)}: kept {own}")
+    return None
 
 
 def tune_prefetch(s: Session, cur: Current, *, tolerance: float, near_best: float, min_gain: float) -> Current:
@@ -67,6 +88,11 @@ def tune_prefetch(s: Session, cur: Current, *, tolerance: float, near_best: floa
         s.notes.append("prefetch_factor: no workers, it does not apply")
         return cur
     pf = eff.prefetch_factor or 2
+    if pf > 2:  # cheapest among equals: torch's default 2 holds fewer batches in memory
+        low = _cheaper(s, cur, cur.settings.with_(num_workers=w, prefetch_factor=2), "prefetch_factor", 2, pf,
+                       near_best=near_best, predicted=s.rate(w, 2))
+        if low is not None:
+            return low
     m = cur.measurement
     now, nxt = s.predict(w, pf), s.predict(w, pf * 2)
     wait = m.wait_share if m.wait_share is not None else 0.0
@@ -82,32 +108,47 @@ def tune_prefetch(s: Session, cur: Current, *, tolerance: float, near_best: floa
     for value in (v for v in PREFETCH_LADDER if v > pf):
         settings = cur.settings.with_(num_workers=w, prefetch_factor=value)
         trial = s.measure(settings, "prefetch_factor", predicted=s.rate(w, value))
+        kept = cur.effective.prefetch_factor or 2
         if trial is None:
-            s.notes.append("prefetch_factor: budget spent")
+            s.notes.append(f"prefetch_factor: budget spent before {value} was probed: kept {kept}")
+            break
+        if not trial.ok:
+            s.notes.append(f"prefetch_factor: {value} failed (exit code {trial.exit_code}): kept {kept}")
             break
         if not _better(trial, cur.measurement, min_gain):
+            s.notes.append(f"prefetch_factor: {value}: {_rate(trial)} not above {_rate(cur.measurement)}: kept {kept}")
             break
+        s.notes.append(f"prefetch_factor: {value}: {_rate(trial)} above {_rate(cur.measurement)}: taken")
         cur = Current(settings, trial)
     return cur
 
 
-def tune_pin(s: Session, cur: Current, *, min_gain: float) -> Current:
+def tune_pin(s: Session, cur: Current, *, min_gain: float, near_best: float = 0.02) -> Current:
     eff = cur.effective
+    pinned = bool(eff.pin_memory)
     if not cur.measurement.cuda:
-        s.notes.append(f"pin_memory: the job used no CUDA (no GPU events in its trace), pinning is a no-op: kept "
-                       f"{bool(eff.pin_memory)}")
+        if pinned:  # nothing to measure: pinned host memory only costs page-locked RAM without a GPU
+            s.notes.append("pin_memory: False (the job used no CUDA: no GPU events in its trace; pinning is a no-op "
+                           "that only locks host memory, so the cheaper False is recommended without a probe)")
+            return Current(cur.settings.with_(num_workers=eff.num_workers, pin_memory=False), cur.measurement)
+        s.notes.append("pin_memory: the job used no CUDA (no GPU events in its trace), pinning is a no-op: kept False")
         return cur
-    other = not bool(eff.pin_memory)
-    settings = cur.settings.with_(num_workers=eff.num_workers, pin_memory=other)
+    if pinned:  # cheapest among equals: unpinned, unless pinning is measurably faster
+        low = _cheaper(s, cur, cur.settings.with_(num_workers=eff.num_workers, pin_memory=False), "pin_memory",
+                       False, True, near_best=near_best)
+        return low if low is not None else cur
+    settings = cur.settings.with_(num_workers=eff.num_workers, pin_memory=True)
     trial = s.measure(settings, "pin_memory", predicted=None)
     if trial is None:
-        s.notes.append("pin_memory: budget spent")
+        s.notes.append("pin_memory: budget spent before True was probed: kept False")
+        return cur
+    if not trial.ok:
+        s.notes.append(f"pin_memory: True failed (exit code {trial.exit_code}): kept False")
         return cur
     if _better(trial, cur.measurement, min_gain):
+        s.notes.append(f"pin_memory: True: {_rate(trial)} above {_rate(cur.measurement)}: taken")
         return Current(settings, trial)
-    if not other and _same(trial, cur.measurement):  # pinning buys nothing measurable: the cheaper, unpinned
-        s.notes.append("pin_memory: False (pinned and unpinned cannot be told apart: the cheaper setting)")
-        return Current(settings, trial)
+    s.notes.append(f"pin_memory: True: {_rate(trial)} not above {_rate(cur.measurement)}: kept False")
     return cur
 
 
@@ -160,12 +201,9 @@ def tune_persistent(s: Session, cur: Current, *, steps: int, cross_max_steps: in
         gain = epoch_gain(off, 0.0, epoch_s)
         how = (f"estimated: an epoch start costs about {off:.3g} s (worker start-up) against an epoch of "
                f"{epoch_s:.3g} s ({bpe} batches)")
-    value = own
-    if gain >= EPOCH_MIN_GAIN:
-        value = True
-    elif gain <= -EPOCH_MIN_GAIN:
-        value = False
-    s.notes.append(f"persistent_workers: {value} ({how}; {gain:+.1%} of an epoch's time)")
+    value = gain >= EPOCH_MIN_GAIN  # within EPOCH_MIN_GAIN either way: the cheaper False (no idle workers kept)
+    cheaper = "; cannot be told apart: the cheaper False" if own and -EPOCH_MIN_GAIN < gain < EPOCH_MIN_GAIN else ""
+    s.notes.append(f"persistent_workers: {value} ({how}; {gain:+.1%} of an epoch's time{cheaper})")
     if value != own:
         cur = Current(cur.settings.with_(num_workers=w, persistent_workers=value), cur.measurement)
     return cur, gain

@@ -3,9 +3,9 @@
 Pure functions of the DataFrames of :class:`lotus.model.RunTrace` (events, batches, loader
 descriptions) for the main loader (the one that handed out the most batches), rank 0 unless said.
 
-Tuning's samples/s is the launcher's (``lotus.analysis.throughput``, ``skip="ramp"``): the first
+Tuning's samples/s is the launcher's, the one measure (``lotus.analysis.throughput``): the first
 ``num_workers x prefetch_factor`` batches left out (they can all be ready before the loop's first
-request), epoch starts inside the window counted, as a long run pays them.
+request), epoch starts inside the window counted, as a long run pays them; with its 95% interval.
 """
 
 from __future__ import annotations

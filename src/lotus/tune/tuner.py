@@ -70,7 +70,7 @@ def measurement_of(probe, settings: LoaderSettings, steps: int | None) -> Measur
         return m
     m.samples_per_s, m.wait_share = summary.get("samples_per_s"), summary.get("wait_share")  # ramp left out
     m.ci95 = tuple(summary["ci95"]) if summary.get("ci95") else None
-    m.stopped_by = probe.stopped_by
+    m.stopped_by, m.note = probe.stopped_by, summary.get("note")
     try:
         from lotus.model import load_run
 

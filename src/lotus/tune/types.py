@@ -102,6 +102,7 @@ class Measurement:
     trace_dir: str | None = None
     stderr_tail: str = ""
     steps: int | None = None
+    note: str | None = None  # the rate's note (an interval wider than the target, a short window...)
     ranks: int = 1  # processes with a traced loader (torchrun ranks)
     run: object = field(default=None, repr=False)  # what the model is fitted on (a RunTrace), if any
 
@@ -129,6 +130,7 @@ class ProbeRecord:
     stderr_tail: str = ""
     ci95: list[float] | None = None  # 95% interval of samples_per_s
     stopped_by: str | None = None  # why the probe ended: steps (its cap), precision, time
+    note: str | None = None  # the rate's note (an interval wider than the target, a short window...)
 
     def to_dict(self) -> dict:
         return asdict(self)

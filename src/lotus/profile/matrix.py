@@ -1,0 +1,195 @@
+"""The sensitivity matrix (CPUs x page cache) from a model and the probes measured so far (pure functions).
+
+Every point is for the worker count the model finds best for its CPUs (``model_num_workers``). A point
+that was probed shows the measurement, always, with the probe's worker count and its 95% interval; the
+model's worker count and prediction stay beside it. When the probe ran another worker count and the
+model predicts above the probe's interval, the point is ``unsettled``: worth a probe at the model's count.
+A predicted point is kept monotone between the measured points around it, using their intervals (never
+pulled below a measured neighbour's interval by a noisy low point, nor above one by a noisy high point);
+measured points are never moved, and only measured points whose intervals are apart count as non-monotone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lotus.errors import InputError
+
+GB = 1e9
+FILES_UNKNOWN = "as found (dataset files unknown)"
+
+
+@dataclass
+class Point:
+    cpus: int
+    cache_gb: float
+    samples_per_s: float | None
+    measured: bool
+    predicted_samples_per_s: float | None = None  # the model's, at model_num_workers
+    bottleneck: str | None = None
+    probe: str | None = None
+    num_workers: int | None = None  # the worker count of samples_per_s: the probe's when measured, else the model's
+    ci95: list[float] | None = None  # measured points: the probe's 95% interval
+    cache_state: str | None = None  # measured points: the page cache as the probe ran (as-is, warm, cold, N GB)
+    model_num_workers: int | None = None  # the worker count the model finds best for these CPUs
+    stopped_by: str | None = None  # measured points: why the probe ended (precision, steps, time; None: job ended)
+    note: str | None = None  # measured points: the rate's note (a wide interval, a short window...)
+    unsettled: bool = False  # measured at another worker count than the model's, which predicts above the interval
+
+
+def cpu_grid(allowed: list[int]) -> list[int]:
+    """1, 2, 4, 8... up to the number of CPUs this process may use (and that number)."""
+    n = len(allowed)
+    out, v = [], 1
+    while v < n:
+        out.append(v)
+        v *= 2
+    return [*out, n]
+
+
+def check_grids(cpus_grid: list[int] | None, cache_grid_gb: list[float] | None, n_cpus: int) -> list[int]:
+    """The CPU grid within 1..``n_cpus`` (default :func:`cpu_grid`); InputError naming the problem when
+    nothing is left of ``cpus_grid`` or a cache size is not a number >= 0."""
+    if cache_grid_gb is not None:
+        bad = [g for g in cache_grid_gb if not (math.isfinite(g) and g >= 0)]
+        if bad:
+            raise InputError(f"--cache-gb must be sizes >= 0 GB, got {', '.join(f'{g:g}' for g in bad)}")
+    if cpus_grid is None:
+        return cpu_grid(list(range(n_cpus)))
+    grid = sorted({c for c in cpus_grid if 1 <= c <= n_cpus})
+    if not grid:
+        got = ",".join(str(c) for c in cpus_grid) or "(empty)"
+        raise InputError(f"--cpus-grid {got}: no CPU count between 1 and the {n_cpus} CPU(s) this process may use")
+    return grid
+
+
+def default_workers(cpus: int) -> int:
+    """Before any model: CPUs - 1 workers (the main process keeps one), none on one CPU."""
+    return max(cpus - 1, 1) if cpus > 1 else 0
+
+
+def best_workers(model, cpus: int, cache_hit_rate=None, near_best: float = 0.02, exclude=()):
+    """(workers, prediction): the fewest workers whose predicted samples/s on ``cpus`` CPUs is within
+    ``near_best`` of the best over 0 .. 2 x cpus (more workers than that only share the same CPUs);
+    ``exclude``: worker counts whose probe failed on these CPUs."""
+    preds = {}
+    for w in range(0, 2 * cpus + 1):
+        if w in exclude:
+            continue
+        p = model.predict(w, float(cpus), cache_hit_rate=cache_hit_rate)
+        if p.samples_per_s:
+            preds[w] = p
+    if not preds:
+        return default_workers(cpus), model.predict(default_workers(cpus), float(cpus), cache_hit_rate=cache_hit_rate)
+    top = max(p.samples_per_s for p in preds.values())
+    w = min(w for w, p in preds.items() if p.samples_per_s >= (1 - near_best) * top)
+    return w, preds[w]
+
+
+def predict(model, grid, cache_gb, hits, dataset_bytes, exclude: dict[int, set[int]] | None = None) -> list[Point]:
+    """Every point predicted at the model's best worker count for its CPUs (``exclude``: failed counts)."""
+    from lotus.model.tables import hit_rate_at
+
+    points = []
+    for gb in cache_gb or [None]:
+        if gb is None:
+            h = None
+        elif hits is not None and dataset_bytes:
+            h = hit_rate_at(hits, gb, dataset_bytes)
+        else:
+            h = min(gb * GB / dataset_bytes, 1.0) if dataset_bytes else None
+        for c in grid:
+            w, p = best_workers(model, c, cache_hit_rate=h, exclude=(exclude or {}).get(c, ()))
+            points.append(Point(cpus=c, cache_gb=gb if gb is not None else 0.0, samples_per_s=p.samples_per_s,
+                                measured=False, predicted_samples_per_s=p.samples_per_s, bottleneck=p.bottleneck,
+                                num_workers=w, model_num_workers=w))
+    return points
+
+
+def _lo(rate: float, ci) -> float:
+    return ci[0] if ci else rate
+
+
+def _hi(rate: float, ci) -> float:
+    return ci[1] if ci else rate
+
+
+def apply_measured(matrix: list[Point], measured: dict) -> None:
+    """Measured rates replace predictions at every probed point (``measured``: {(cpus, cache_gb): [probe
+    dicts]}): the probe at the model's worker count if there is one, else the fastest. The model's worker
+    count and prediction stay in ``model_num_workers`` / ``predicted_samples_per_s``."""
+    for p in matrix:
+        ms = [m for m in measured.get((p.cpus, p.cache_gb), ()) if m.get("samples_per_s") is not None]
+        if not ms:
+            continue
+        at_model = [m for m in ms if m.get("num_workers") == p.model_num_workers]
+        m = max(at_model or ms, key=lambda q: q["samples_per_s"])
+        p.measured, p.samples_per_s, p.probe = True, m["samples_per_s"], m["name"]
+        p.ci95, p.cache_state = m.get("ci95"), m.get("cache_state") or str(m.get("cache"))
+        p.stopped_by, p.note = m.get("stopped_by"), m.get("note")
+        if m.get("num_workers") is not None:
+            p.num_workers = m["num_workers"]
+        if not at_model and p.predicted_samples_per_s is not None:
+            hi = m["ci95"][1] if m.get("ci95") else m["samples_per_s"] * 1.02
+            p.unsettled = p.predicted_samples_per_s > hi
+
+
+def monotone(matrix: list[Point]) -> list[str]:
+    """Clamp each predicted point between the measured points it must not beat or fall below (fewer or equal
+    CPUs and cache: at least their interval's low end; more or equal: at most their interval's high end; the
+    low bound wins a conflict). Returns a note per pair of measured points out of order with intervals apart."""
+    meas = [p for p in matrix if p.measured and p.samples_per_s]
+    for p in matrix:
+        if p.measured or not p.samples_per_s:
+            continue
+        v = p.samples_per_s
+        hi = [_hi(m.samples_per_s, m.ci95) for m in meas if m.cpus >= p.cpus and m.cache_gb >= p.cache_gb]
+        lo = [_lo(m.samples_per_s, m.ci95) for m in meas if m.cpus <= p.cpus and m.cache_gb <= p.cache_gb]
+        if hi:
+            v = min(v, *hi)
+        if lo:
+            v = max(v, *lo)
+        p.samples_per_s = v
+    notes = []
+    for a in meas:
+        for b in meas:
+            more = b.cpus >= a.cpus and b.cache_gb >= a.cache_gb and (b.cpus, b.cache_gb) != (a.cpus, a.cache_gb)
+            if more and _lo(a.samples_per_s, a.ci95) > _hi(b.samples_per_s, b.ci95):
+                notes.append(f"measured points out of order: {a.cpus} CPUs, {a.cache_gb:g} GB ({a.samples_per_s:,.1f}) "
+                             f"above {b.cpus} CPUs, {b.cache_gb:g} GB ({b.samples_per_s:,.1f}) with intervals apart")
+    return notes
+
+
+def demand(matrix: list[Point], target: float) -> dict | None:
+    """The fewest CPUs, then the least cache, whose throughput reaches ``target`` of the best."""
+    rated = [p for p in matrix if p.samples_per_s]
+    if not rated:
+        return None
+    best = max(p.samples_per_s for p in rated)
+    ok = [p for p in rated if p.samples_per_s >= target * best]
+    p = min(ok, key=lambda q: (q.cpus, q.cache_gb))
+    return {"cpus": p.cpus, "cache_gb": p.cache_gb, "samples_per_s": p.samples_per_s, "best_samples_per_s": best,
+            "measured": p.measured, "num_workers": p.num_workers, "ci95": p.ci95}
+
+
+def next_point(matrix: list[Point], dem: dict) -> tuple[Point | None, str]:
+    """The point to probe next: the demand point, then the best point it is measured against (an unsettled
+    point counts with the model's prediction), when unmeasured or unsettled; (None, "") when both are measured."""
+    at = {(p.cpus, p.cache_gb): p for p in matrix}
+    d = at.get((dem["cpus"], dem["cache_gb"]))
+    if d is not None and (not d.measured or d.unsettled):
+        return d, "demand"
+    rated = [p for p in matrix if p.samples_per_s]
+
+    def potential(q: Point) -> float:
+        return max(q.samples_per_s, q.predicted_samples_per_s or 0.0) if q.unsettled else q.samples_per_s
+
+    top = max(rated, key=lambda q: (potential(q), -q.cpus)) if rated else None
+    if top is not None and (not top.measured or top.unsettled):
+        return top, "best"
+    return None, ""
+
+
+__all__ = ["FILES_UNKNOWN", "Point", "apply_measured", "best_workers", "check_grids", "cpu_grid", "default_workers",
+           "demand", "monotone", "next_point", "predict"]
