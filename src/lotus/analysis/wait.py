@@ -33,7 +33,7 @@ import itertools
 import numpy as np
 
 from lotus.analysis.stats import describe_ms
-from lotus.trace.batches import failed_mask, ok_batches
+from lotus.trace.batches import failed_mask
 
 GROUP = ["rank", "loader", "epoch"]
 MS = 1_000_000
@@ -45,11 +45,20 @@ def _i64(s) -> np.ndarray:
     return s.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def waited(batches):
-    """Consumed batches with a known wait, in consumption order per (rank, loader, epoch)."""
+_HOL_COLUMNS = [*GROUP, "batch_id", "wait_start_ns", "wait_dur_ns", "arrive_ns", "prep_end_ns"]
+
+
+def waited(batches, columns: list[str] | None = None):
+    """Consumed batches with a known wait, in consumption order per (rank, loader, epoch); only
+    ``columns`` (all of them by default), taken in one copy."""
     ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
-    ok = ok & ~failed_mask(batches)
-    return batches[ok].sort_values([*GROUP, "consumed_ns"], kind="stable")
+    rows = np.flatnonzero(ok & ~failed_mask(batches))
+    # a stable sort by group, then consumption (what sort_values([*GROUP, "consumed_ns"], kind="stable") gives)
+    keys = [batches[c].iloc[rows].to_numpy() for c in ("consumed_ns", *reversed(GROUP))]  # no NA left
+    rows = rows[np.lexsort(keys)]
+    del keys
+    cols = slice(None) if columns is None else [batches.columns.get_loc(c) for c in columns]
+    return batches.iloc[rows, cols]
 
 
 def _rel(series, base: int) -> np.ndarray:
@@ -67,11 +76,12 @@ def ready_ns(batches, base: int = 0) -> np.ndarray:
     return np.where(np.isnan(arrive), _rel(batches["prep_end_ns"], base), arrive)
 
 
-def hol_per_batch(batches):
-    """Per-batch head-of-line blocking and the in_order=False model (DataFrame, ns; see the module doc)."""
+def hol_per_batch(batches, w=None):
+    """Per-batch head-of-line blocking and the in_order=False model (DataFrame, ns; see the module doc).
+    ``w``: :func:`waited` of ``batches`` (with at least the columns of :data:`_HOL_COLUMNS`), if made."""
     import pandas as pd
 
-    w = waited(batches)
+    w = waited(batches, _HOL_COLUMNS) if w is None else w
     out = w[[*GROUP, "batch_id"]].copy()
     base = int(w["wait_start_ns"].min()) if len(w) else 0
     ws = _rel(w["wait_start_ns"], base)
@@ -117,9 +127,9 @@ def _replay(ws: np.ndarray, wd: np.ndarray, ready: np.ndarray, served: np.ndarra
     return u - t + h
 
 
-def wait_buckets(batches) -> dict[str, float]:
-    """Share of waited batches in each bucket (see :data:`BUCKETS`)."""
-    w = waited(batches)
+def wait_buckets(batches, w=None) -> dict[str, float]:
+    """Share of waited batches in each bucket (see :data:`BUCKETS`); ``w``: :func:`waited`, if made."""
+    w = waited(batches, ["wait_dur_ns", "buffered"]) if w is None else w
     n = len(w)
     if n == 0:
         return {k: 0.0 for k, _ in BUCKETS}
@@ -135,24 +145,25 @@ def wait_buckets(batches) -> dict[str, float]:
 
 def delay_stats(batches) -> dict:
     """Statistics (ms) of ``delay = consumed - end of preprocessing`` (failed batches left out)."""
-    return describe_ms(_i64(ok_batches(batches)["delay_ns"]))
+    return describe_ms(_i64(batches["delay_ns"])[~failed_mask(batches)])
 
 
 def wait_stats(batches) -> dict:
     """Wait, delay and head-of-line blocking summary of one run (times in ms, shares in [0, 1])."""
-    w = waited(batches)
-    consumed = int(ok_batches(batches)["consumed_ns"].notna().sum())
+    w = waited(batches, [*_HOL_COLUMNS, "buffered"])  # once: every number below reads it
+    consumed = int((batches["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)
+                    & ~failed_mask(batches)).sum())
     if len(w) == 0:
         why = ("no main-process wait events (an original log before SBatchWait, or worker files only)"
                if len(batches) else "no batches")
         return {"known": False, "reason": why, "batches": consumed, "delay_ms": delay_stats(batches)}
-    hol = hol_per_batch(batches)
+    hol = hol_per_batch(batches, w)
     total_wait = float(hol["wait_ns"].sum())
     saving = max(0.0, float((hol["wait_ns"] - hol["wait_in_order_false_ns"]).sum()))
     return {
         "known": True,
         "batches": len(w),
-        "buckets": wait_buckets(batches),
+        "buckets": wait_buckets(batches, w),
         "wait_ms": describe_ms(_i64(w["wait_dur_ns"])),
         "delay_ms": delay_stats(batches),
         "head_of_line": {
@@ -169,8 +180,8 @@ def wait_table(batches, *, sort: str = "batch_id"):
     """Per-batch wait/delay rows (ms), sorted by ``batch_id`` (with rank, loader, epoch) or ``duration``."""
     import pandas as pd
 
-    w = waited(batches)
-    hol = hol_per_batch(batches)
+    w = waited(batches, [*_HOL_COLUMNS, "buffered", "worker_id", "delay_ns"])
+    hol = hol_per_batch(batches, w)
     t = pd.DataFrame({
         "rank": w["rank"].to_numpy(), "loader": w["loader"].to_numpy(), "epoch": w["epoch"].to_numpy(),
         "batch_id": w["batch_id"].to_numpy(),

@@ -88,7 +88,6 @@ OUTCOME_COLUMNS = [*KEY, "worker_id", "pid", "outcome", "start_ns", "dur_ns"]
 
 def batches_from_events(events):
     """Pure function: the events DataFrame -> the batches DataFrame (one row per batch; see the module doc)."""
-    import pandas as pd
 
     name_cat = events["name"].array
     codes = np.asarray(name_cat.codes)
@@ -129,15 +128,32 @@ def batches_from_events(events):
         if part is not None:
             frames.append(part.groupby(KEY).size().rename(f"_n_{name}").astype("Int64").to_frame())
     if not frames:
-        out = pd.DataFrame({c: pd.Series(dtype="Int64") for c in BATCH_COLUMNS})
-        out["failed"] = out["failed"].astype(bool)
-        out["detail"] = out["detail"].astype(bool)
-        out["status"] = pd.Categorical([], categories=STATUSES)
-        out.attrs.update(events.attrs)
-        out.attrs.update(exhausted=0, exhausted_by_worker={}, dispatched_without_batch=0)
-        return out
+        return empty_batches(events.attrs)
     df = frames[0].join(frames[1:], how="outer") if len(frames) > 1 else frames[0]
-    df = _only_batches(df.reset_index(), events.attrs.get("path", "trace"))
+    del frames, part  # the parts: as large as the join again
+    return batches_from_joined(df.reset_index(), events.attrs)
+
+
+def empty_batches(attrs):
+    import pandas as pd
+
+    out = pd.DataFrame({c: pd.Series(dtype="Int64") for c in BATCH_COLUMNS})
+    out["failed"] = out["failed"].astype(bool)
+    out["detail"] = out["detail"].astype(bool)
+    out["status"] = pd.Categorical([], categories=STATUSES)
+    out.attrs.update(attrs)
+    out.attrs.update(exhausted=0, exhausted_by_worker={}, dispatched_without_batch=0)
+    return out
+
+
+def batches_from_joined(df, attrs):
+    """The batches DataFrame from the outer join of the per-event-kind parts on :data:`KEY` (KEY columns,
+    then the columns of :data:`_PARTS`, :data:`_SUMS`, ``_collate_n``, ``_n_sample``/``_n_load`` of the
+    kinds present, nullable Int64); ``attrs``: the events' attrs. Shared by :func:`batches_from_events`
+    and the scan engine (which builds the join from per-batch arrays, :mod:`lotus.trace.scan`)."""
+    import pandas as pd
+
+    df = _only_batches(df, attrs.get("path", "trace"))
 
     def col(name):
         return df[name] if name in df else pd.Series(pd.NA, index=df.index, dtype="Int64")
@@ -177,10 +193,26 @@ def batches_from_events(events):
     has_samples = (col("_n_sample").fillna(0) > 0) | (col("_n_load").fillna(0) > 0)
     flagged = (flags.fillna(0).clip(lower=0) & S.FETCH_DETAIL) != 0
     out["detail"] = (flagged | has_samples | (not bool(flagged.any()))).astype(bool)
-    out = out.sort_values(KEY, ignore_index=True)
-    out.attrs.update(events.attrs)
-    out.attrs.update(df.attrs)
-    return out[BATCH_COLUMNS]
+    joined_attrs = df.attrs
+    df = n = flags = wflags = has_samples = flagged = v = ok = None  # the joined parts: freed before the copies below
+    out = out[BATCH_COLUMNS]
+    keys = [out[c].to_numpy() for c in KEY]
+    if len(out) > 1 and not _sorted_keys(keys):  # the outer join sorts its keys: usually nothing to do
+        out = out.sort_values(KEY, ignore_index=True)
+    out.attrs.update(attrs)
+    out.attrs.update(joined_attrs)
+    return out
+
+
+def _sorted_keys(keys) -> bool:
+    """Whether the rows are in lexicographic order of the key columns (each a numpy array)."""
+    le = np.ones(len(keys[0]) - 1, bool)  # row i <= row i+1 so far, decided by the earlier columns
+    eq = np.ones(len(keys[0]) - 1, bool)
+    for k in keys:
+        a, b = k[:-1], k[1:]
+        le &= ~eq | (a <= b)
+        eq &= a == b
+    return bool(le.all())
 
 
 def _only_batches(df, where):
@@ -213,7 +245,7 @@ def _only_batches(df, where):
     if (rest & ~dispatched).any():
         _log.info("%s: %d batch key(s) with events but neither a fetch nor a consumption (a process killed "
                   "mid-batch?) are not batches", where, int((rest & ~dispatched).sum()))
-    kept = df[row].reset_index(drop=True)
+    kept = df.reset_index(drop=True) if row.all() else df[row].reset_index(drop=True)
     kept.attrs = {"exhausted": int(gone.sum()), "exhausted_by_worker": dict(sorted(by_worker.items())),
                   "dispatched_without_batch": int(dispatched.sum())}
     return kept

@@ -3,9 +3,13 @@
 ``scan_run(run)`` reads every ``.lotustrace`` file of a run in chunks of :data:`CHUNK_RECORDS` records
 (numpy, at memory speed) and keeps:
 
-* every event that is *not* per-sample detail (``sample``, ``load``, ``transform`` and the op events
-  are left out) as an events DataFrame with the columns of :func:`lotus.trace.load_events`: the batch
-  table, waits, GPU events and verdicts are computed from it exactly as from the full events;
+* the batch-level events folded into per-batch columns (:mod:`lotus.trace.batchparts`): the batches
+  table, and so waits and verdicts, is the one :func:`lotus.trace.batches.batches_from_events` makes
+  from the full events, exactly;
+* the other events that are *not* per-sample detail (``sample``, ``load``, ``transform`` and the op
+  events are left out; of the batch-level ones, ``fetch``, ``exhausted`` and the GPU events) as an
+  events DataFrame with the columns of :func:`lotus.trace.load_events` (outcomes, detail share, GPU
+  telemetry, markers);
 * per-sample event counts per batch key (the ``n_samples`` fallback of batches without a collate);
 * per op (``load``, every transform op, ``transform``, ``sample``, ``collate``): count, sum, variance
   (Chan's merge of per-chunk moments), exact min and max, and a log-histogram of durations
@@ -35,13 +39,15 @@ import numpy as np
 
 from lotus.errors import InputError
 from lotus.trace import schema as S
+from lotus.trace.batchparts import BatchParts, SparseBatchIds
 from lotus.trace.discover import Run
 from lotus.trace.moments import _epoch_sums, _Moments, hist_quantiles
 from lotus.trace.native import derive_sample_spans, read_header
+from lotus.trace.original import release_freed_memory
 from lotus.trace.parts import iter_records, mark_continued, stitch
 
 _log = logging.getLogger("lotus.trace")
-CHUNK_RECORDS = 1 << 20
+CHUNK_RECORDS = 1 << 20  # 48 MiB of records (as load_events: op moments and derived spans are per chunk)
 PER_SAMPLE_IDS = (S.EV_SAMPLE, S.EV_LOAD, S.EV_TRANSFORM)
 OP_BUILTINS = ("load", "transform", "sample", "collate")
 _ROLES = ["main", "worker"]
@@ -57,6 +63,9 @@ class OpEngine:
         self.slot_codes = slot_codes
         self.moments = moments
         self.first = first  # code -> first row index in file order (the events DataFrame's order)
+        self.by_epoch: dict[int, np.ndarray] = {}  # per-epoch op totals (set by scan_run)
+        self.batch_parts = None  # the folded batch-level events (BatchParts), then the batches DataFrame
+        self.folded_extent: dict[int, list[int]] = {}  # epoch -> time extent of the folded events
 
     def __deepcopy__(self, memo):
         return self
@@ -72,7 +81,7 @@ class OpEngine:
     def epoch_totals(self) -> dict[int, dict[str, float]]:
         """``{epoch: {op: total ns}}`` over every op event (failed/exhausted fetches included)."""
         return {e: {self.names[c]: float(row[k]) for k, c in enumerate(self.slot_codes) if k < len(row) and row[k]}
-                for e, row in sorted(getattr(self, "by_epoch", {}).items())}
+                for e, row in sorted(self.by_epoch.items())}
 
     def op_order(self) -> list[str]:
         """Ops present, in pipeline order: load, transform ops by first occurrence, transform, sample, collate."""
@@ -189,11 +198,23 @@ def _legacy_fetch(arr, code):
 
 def scan_run(run: Run):
     """The events DataFrame of ``run`` without per-sample detail, with an :class:`OpEngine` in its
-    ``attrs["op_engine"]`` (see the module doc)."""
-    from lotus.trace.events import _Acc, _warn_missing_ranks, clock_offsets, loader_offsets
-
+    ``attrs["op_engine"]`` (see the module doc). The batch-level events are folded into the engine's
+    ``batch_parts`` (:mod:`lotus.trace.batchparts`) rather than kept as rows, unless their batch ids are
+    too sparse for it: the run is then scanned again, keeping them as rows."""
     if run.original:
         raise InputError("original LotusTrace logs are read in memory (lotus.trace.load_events)", run.path)
+    try:
+        return _scan(run, fold=True)
+    except SparseBatchIds as exc:
+        _log.info("%s: %s: batch ids too sparse to fold; scanning again with every batch-level event kept",
+                  run.path, exc)
+        release_freed_memory()
+        return _scan(run, fold=False)
+
+
+def _scan(run: Run, fold: bool):
+    from lotus.trace.events import _Acc, _warn_missing_ranks, clock_offsets, loader_offsets
+
     acc = _Acc()
     good = []
     for p in run.native:
@@ -222,6 +243,9 @@ def scan_run(run: Run):
                 slot_codes.append(c)
 
     moments = _Moments()
+    parts = BatchParts(str(run.path)) if fold else None
+    if fold:
+        fold_kind, drop_kind = parts.codes(small.size)
     by_epoch: dict[int, np.ndarray] = {}
     first: dict[int, int] = {}
     row = 0
@@ -246,9 +270,23 @@ def scan_run(run: Run):
                     karg = np.where(legacy, karg & ~S.FETCH_STOP, karg)
                     n_legacy += int(legacy.sum())
                 lo = arr["loader"][idx].astype(np.int32) + fs.loader_offset
-                acc.add(len(idx), code=kc, start_ns=arr["start_ns"][idx] + fs.shift, dur_ns=arr["dur_ns"][idx],
-                        batch_id=arr["batch_id"][idx], sample=arr["sample"][idx], arg=karg, loader=lo,
-                        epoch=arr["epoch"][idx], **{c: fs.consts[c] for c in ("pid", "role", "worker_id", "rank")})
+                start, dur, bid, ep = arr["start_ns"][idx] + fs.shift, arr["dur_ns"][idx], arr["batch_id"][idx], \
+                    arr["epoch"][idx]
+                folded = fold_kind[kc] & (bid >= 0) if fold else None
+                if fold and folded.any():  # into the per-batch parts; most of them are then no event row
+                    f = np.flatnonzero(folded)
+                    parts.add(fs.consts["rank"], kc[f], bid[f], lo[f], ep[f],
+                              {"worker_id": fs.consts["worker_id"], "pid": fs.consts["pid"], "start_ns": start[f],
+                               "dur_ns": dur[f], "arg": karg[f]})
+                    gone = folded & drop_kind[kc]
+                    if gone.any():
+                        parts.dropped(ep[gone], start[gone], dur[gone])
+                        k = np.flatnonzero(~gone)
+                        idx, kc, karg, lo, start, dur, bid, ep = (x[k] for x in (idx, kc, karg, lo, start, dur,
+                                                                                  bid, ep))
+                acc.add(len(idx), code=kc, start_ns=start, dur_ns=dur, batch_id=bid, sample=arr["sample"][idx],
+                        arg=karg, loader=lo, epoch=ep,
+                        **{c: fs.consts[c] for c in ("pid", "role", "worker_id", "rank")})
             slot = slot_of[code]
             ops = np.flatnonzero(slot >= 0)
             if len(ops):
@@ -276,8 +314,11 @@ def scan_run(run: Run):
     mark_continued(acc.files, stitch(good))
     refresh()
     df = _frame(acc, run)
+    release_freed_memory()  # the chunks' temporaries: glibc keeps them otherwise
     df.attrs["op_engine"] = OpEngine(good, offsets, per_process, list(acc.names), slot_codes, moments, first)
     df.attrs["op_engine"].by_epoch = by_epoch
+    df.attrs["op_engine"].batch_parts = parts
+    df.attrs["op_engine"].folded_extent = parts.extent if fold else {}
     df.attrs["engine"] = "scan"
     return df
 
