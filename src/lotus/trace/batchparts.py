@@ -4,9 +4,10 @@
 one event of each kind of :data:`~lotus.trace.batches._PARTS` (the first of duplicates, with a
 warning) and the sums of :data:`~lotus.trace.batches._SUMS` (collate and put times; collate's largest
 ``arg`` as the sample count). :class:`BatchParts` accumulates exactly those values while the chunks go
-by, in dense int64 arrays per (rank, loader, epoch) indexed by batch id (``SENTINEL`` where a kind was
-not seen): 8 bytes per batch and column present, instead of one ~43-byte event row per batch and
-event kind. :meth:`BatchParts.joined` is the frame ``batches_from_events`` would have joined.
+by, in dense arrays per (rank, loader, epoch) indexed by batch id, a sentinel (the dtype's minimum)
+where a kind was not seen; a column exists only once an event fills it. Timestamps are int64; the
+other columns (durations, flags, ids) start as int32 and become int64 when a value needs it.
+:meth:`BatchParts.finish` turns them into a :class:`lotus.trace.batchtable.BatchTable`.
 
 Dense arrays need dense batch ids (torch numbers the batches of an epoch 0, 1, 2...). Ids that would
 make the arrays much larger than the events seen (a huge or hashed id) raise :class:`SparseBatchIds`:
@@ -24,19 +25,34 @@ import logging
 import numpy as np
 
 from lotus.trace import schema as S
-from lotus.trace.batches import _PARTS, _SUMS, KEY
+from lotus.trace.batches import _PARTS, _SUMS
 
 _log = logging.getLogger("lotus.trace")
-SENTINEL = np.iinfo(np.int64).min  # "not seen" in the per-batch arrays
-# batch-level kinds that only the batches table reads: folded and not kept as event rows (fetch,
-# exhausted and the GPU events stay rows too: outcomes, detail share, GPU telemetry read them)
-DROPPED = ("dispatch", "arrive", "pin", "wait", "consumed", "step", "collate", "put")
+I32, I64 = np.iinfo(np.int32), np.iinfo(np.int64)
+# batch-level kinds that only the batches table reads: folded and not kept as event rows (exhausted,
+# failed fetches and the GPU events stay rows too: outcomes and GPU telemetry read them)
+DROPPED = ("fetch", "dispatch", "arrive", "pin", "wait", "consumed", "step", "collate", "put")
+TIMES = ("prep_start_ns", "dispatch_ns", "arrive_ns", "pin_start_ns", "wait_start_ns", "consumed_ns")  # int64
+COLUMNS = (*(c for m in _PARTS.values() for c in m.values()), *_SUMS.values(), "_collate_n")
 SLACK_SLOTS = 1 << 20  # dense slots always allowed ...
 SLOTS_PER_EVENT = 8  # ... plus this many per folded event (a dense trace has ~0.1-0.5 slots per event)
 
 
 class SparseBatchIds(Exception):
     """Batch ids too sparse for dense arrays (see the module doc)."""
+
+
+def sentinel(dtype) -> int:
+    return int(np.iinfo(dtype).min)
+
+
+def widen(a: np.ndarray) -> np.ndarray:
+    """An int32 column as int64, its sentinel kept a sentinel."""
+    if a.dtype == np.int64:
+        return a
+    out = a.astype(np.int64)
+    out[a == I32.min] = I64.min
+    return out
 
 
 class BatchParts:
@@ -52,6 +68,7 @@ class BatchParts:
         self.slots = 0  # dense slots allocated, over all groups
         self.events = 0  # events folded
         self.extent: dict[int, list[int]] = {}  # epoch -> [first start, last end] of the rows not kept
+        self.fetches = np.zeros(3, np.int64)  # fetches (batch id >= 0): ok, ok and detail, detail (any)
 
     # -- filling ---------------------------------------------------------------------------------------
     def codes(self, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -67,13 +84,13 @@ class BatchParts:
         if g is None:
             g = self.groups[key] = {"cap": 0}
         if need > g["cap"]:
-            cap = max(need, int(g["cap"] * 1.5), 256)
+            cap = max(need, int(g["cap"] * 1.25), 256)
             if self.slots + cap - g["cap"] > SLACK_SLOTS + SLOTS_PER_EVENT * self.events:
                 raise SparseBatchIds(f"batch id {need - 1} of rank {key[0]}, loader {key[1]}, epoch {key[2]}")
             self.slots += cap - g["cap"]
             for name, a in list(g.items()):
                 if name != "cap":  # one column at a time: the growth costs one column more, not the group
-                    b = np.full(cap, SENTINEL, np.int64)
+                    b = np.full(cap, sentinel(a.dtype), a.dtype)
                     b[: g["cap"]] = a
                     g[name] = b
             g["cap"] = cap
@@ -82,8 +99,18 @@ class BatchParts:
     @staticmethod
     def _col(g, name) -> np.ndarray:
         if name not in g:
-            g[name] = np.full(g["cap"], SENTINEL, np.int64)
+            dtype = np.int64 if name in TIMES else np.int32
+            g[name] = np.full(g["cap"], sentinel(dtype), dtype)
         return g[name]
+
+    def _put(self, g, name, idx, values) -> None:
+        """``g[name][idx] = values`` (int64 values), the column widened to int64 if they need it."""
+        a = self._col(g, name)
+        if a.dtype == np.int32 and len(values):
+            v = np.asarray(values)
+            if int(v.min()) <= I32.min or int(v.max()) > I32.max:
+                a = g[name] = widen(a)
+        a[idx] = values
 
     def add(self, rank: int, code, bid, loader, epoch, fields: dict) -> None:
         """Folded rows of one chunk (batch id >= 0, kinds of :meth:`codes`), in file order: ``fields``
@@ -94,6 +121,8 @@ class BatchParts:
         for c in np.unique(code).tolist():
             kind = self.kind_of_code[c]
             m = code == c
+            if kind == "fetch":
+                self._count_fetches(fields["arg"][m])
             for pr in np.unique(pair[m]).tolist():
                 sel = np.flatnonzero(m & (pair == pr))
                 key = (rank, int(loader[sel[0]]), int(epoch[sel[0]]))
@@ -101,21 +130,32 @@ class BatchParts:
                 g = self._group(key, int(ids.max()) + 1)
                 val = {f: (v[sel] if isinstance(v, np.ndarray) else v) for f, v in fields.items()}
                 if kind in _PARTS:  # the first event of a key (file order), as batches_from_events keeps
-                    u, first = np.unique(ids, return_index=True)
-                    new = self._col(g, self.first_col[kind])[u] == SENTINEL
+                    first = self._col(g, self.first_col[kind])
+                    u, at = np.unique(ids, return_index=True)
+                    new = first[u] == sentinel(first.dtype)
                     dup = len(ids) - int(new.sum())
                     if dup:
                         self.duplicates[kind] = self.duplicates.get(kind, 0) + dup
-                    tgt, src = u[new], first[new]
+                    tgt, src = u[new], at[new]
                     for f, name in _PARTS[kind].items():
                         v = val[f]
-                        self._col(g, name)[tgt] = v[src] if isinstance(v, np.ndarray) else v
-                else:  # summed per key; collate's largest arg is the sample count
-                    total = self._col(g, _SUMS[kind])
-                    total[ids[total[ids] == SENTINEL]] = 0
-                    np.add.at(total, ids, val["dur_ns"])
+                        self._put(g, name, tgt, v[src] if isinstance(v, np.ndarray) else np.full(len(tgt), v))
+                else:  # summed per key (int64, exact); collate's largest arg is the sample count
+                    u, inv = np.unique(ids, return_inverse=True)
+                    total = np.zeros(len(u), np.int64)
+                    np.add.at(total, inv, val["dur_ns"])
+                    before = widen(self._col(g, _SUMS[kind])[u])
+                    self._put(g, _SUMS[kind], u, np.where(before == I64.min, 0, before) + total)
                     if kind == "collate":
-                        np.maximum.at(self._col(g, "_collate_n"), ids, np.broadcast_to(val["arg"], ids.shape))
+                        top = widen(self._col(g, "_collate_n")[u])
+                        np.maximum.at(top, inv, np.broadcast_to(val["arg"], ids.shape))
+                        self._put(g, "_collate_n", u, top)
+
+    def _count_fetches(self, arg) -> None:
+        """What :func:`lotus.trace.batches.detail_share` reads of the fetches, which are no rows."""
+        ok = (arg < 0) | ((arg & S.FETCH_ERROR) == 0)
+        flagged = (arg > 0) & ((arg & S.FETCH_DETAIL) != 0)
+        self.fetches += [int(ok.sum()), int((ok & flagged).sum()), int(flagged.sum())]
 
     def dropped(self, epoch, start, dur) -> None:
         """Time extent of folded rows not kept as events, per epoch (see the module doc)."""
@@ -126,45 +166,42 @@ class BatchParts:
             x = self.extent.setdefault(int(e), [lo, hi])
             x[0], x[1] = min(x[0], lo), max(x[1], hi)
 
-    # -- the join --------------------------------------------------------------------------------------
-    def warn_duplicates(self) -> None:
+    # -- the table -------------------------------------------------------------------------------------
+    def finish(self, attrs: dict):
+        """The :class:`~lotus.trace.batchtable.BatchTable` of the parts (only the keys that are batches);
+        the group arrays are released column by column. ``attrs``: the events' attrs."""
+        from lotus.trace.batchtable import BatchTable
+
         for kind in _PARTS:  # one warning per kind, in the order batches_from_events gives them
             if self.duplicates.get(kind):
                 _log.warning("%s: %d duplicate '%s' events for the same batch key ignored", self.where,
                              self.duplicates[kind], kind)
-
-    def joined(self):
-        """The outer join of the parts on the batch key, sorted by key (as ``batches_from_events`` builds
-        it; nullable Int64 columns); the arrays are released column by column. None without any
-        batch-level event."""
-        import pandas as pd
-
-        self.warn_duplicates()
         keys = sorted(self.groups)
-        if not keys:
-            return None
         rows = []
         for k in keys:
             g = self.groups[k]
             seen = np.zeros(g["cap"], bool)
             for name, a in g.items():
                 if name not in ("cap", "_collate_n"):
-                    seen |= a != SENTINEL
+                    seen |= a != sentinel(a.dtype)
             rows.append(np.flatnonzero(seen))
-        n = [len(r) for r in rows]
-        cols = {c: np.repeat(np.array([k[i] for k in keys], np.int64), n) for i, c in enumerate(KEY[:3])}
-        cols["batch_id"] = np.concatenate(rows)
-        names = [c for m in _PARTS.values() for c in m.values()] + [*_SUMS.values(), "_collate_n"]
-        for name in names:
-            if not any(name in self.groups[k] for k in keys):
+        counts = np.array([len(r) for r in rows], np.int64)
+        top = max((int(r[-1]) for r in rows if len(r)), default=0)
+        bid = np.concatenate(rows).astype(np.int32 if top <= I32.max else np.int64) if rows else np.zeros(0, np.int32)
+        raw = {}
+        for name in COLUMNS:
+            have = [self.groups[k][name].dtype for k in keys if name in self.groups[k]]
+            if not have:
                 continue
-            vals = np.full(len(cols["batch_id"]), SENTINEL, np.int64)
+            dtype = np.int64 if np.int64 in have else np.int32
+            out = np.full(len(bid), sentinel(dtype), dtype)
             pos = 0
             for k, r in zip(keys, rows, strict=True):
                 a = self.groups[k].pop(name, None)
                 if a is not None:
-                    vals[pos: pos + len(r)] = a[r]
+                    out[pos: pos + len(r)] = (widen(a) if dtype == np.int64 else a)[r]
                 pos += len(r)
-            cols[name] = pd.arrays.IntegerArray(vals, vals == SENTINEL)
+            raw[name] = out
         self.groups = {}
-        return pd.DataFrame(cols, copy=False)
+        table = BatchTable(np.array(keys, np.int64).reshape(-1, 3), counts, bid, raw, attrs)
+        return table.only_batches()

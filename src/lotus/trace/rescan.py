@@ -45,33 +45,23 @@ def sample_counts(engine: OpEngine, keys) -> dict:
 
 
 def batches_of_scan(events):
-    """The batches DataFrame of a scanned run: the join of its folded batch-level events
-    (:mod:`lotus.trace.batchparts`; :func:`lotus.trace.batches.batches_from_events` on the kept events
-    where the scan kept them as rows), plus ``n_samples`` of batches without a collate from their
-    per-sample events. Made once: a second call returns the same frame."""
-    from lotus.trace.batches import batches_from_events, batches_from_joined, empty_batches
-    from lotus.trace.batchparts import BatchParts
-    from lotus.trace.original import release_freed_memory
+    """The batches DataFrame of a scanned run: from its folded batch-level events
+    (:meth:`lotus.trace.batchtable.BatchTable.frame`), or :func:`lotus.trace.batches.batches_from_events`
+    on the kept events where the scan kept them as rows, plus ``n_samples`` of batches without a
+    collate from their per-sample events."""
+    from lotus.trace.batches import batches_from_events
 
     engine = events.attrs.get("op_engine")
-    parts = getattr(engine, "batch_parts", None)
-    if isinstance(parts, BatchParts):
-        joined = parts.joined()
-        out = empty_batches(events.attrs) if joined is None else batches_from_joined(joined, events.attrs)
-        del joined
-        release_freed_memory()  # the join's intermediates: glibc keeps them otherwise
-    elif parts is not None:
-        return parts
-    else:
-        out = batches_from_events(events)
+    table = getattr(engine, "batch_table", None)
+    if table is not None:
+        return table.frame()
+    out = batches_from_events(events)
     if engine is not None:
-        _fill_sample_counts(engine, out)
-        if isinstance(parts, BatchParts):
-            engine.batch_parts = out
+        fill_sample_counts(engine, out)
     return out
 
 
-def _fill_sample_counts(engine: OpEngine, out) -> None:
+def fill_sample_counts(engine: OpEngine, out) -> None:
     """``n_samples`` of the batches without a collate, from their per-sample events (another scan)."""
     from lotus.trace.batches import KEY
 
