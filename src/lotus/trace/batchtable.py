@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from lotus.trace import schema as S
+
 _I32_MIN, _I64_MIN = int(np.iinfo(np.int32).min), int(np.iinfo(np.int64).min)
 _KEY = ("rank", "loader", "epoch", "batch_id")
 _BATCH_ROW_COLUMNS = ("_fetch_flags", "consumed_ns", "_arrive_flags", "_exhausted_worker", "dispatch_worker",
@@ -60,13 +62,22 @@ class BatchTable:
 
         from lotus.trace.batches import batch_rows
 
-        cols = {"rank": self.values("rank")[0]}
+        # the rule is row by row: only keys neither fetched nor consumed, or exhausted, can be anything but a
+        # batch or count in attrs; batch_rows sees those (usually none) and the others are batches
+        f, ok = self.values("_arrive_flags")
+        look = ~(self.values("_fetch_flags")[1] | self.values("consumed_ns")[1])
+        look |= self.values("_exhausted_worker")[1] | (ok & ((np.maximum(f, 0) & S.ARRIVE_EXHAUSTED) != 0))
+        look = np.flatnonzero(look)
+        del f, ok
+        cols = {"rank": self.values("rank")[0][look]}
         for c in _BATCH_ROW_COLUMNS:
             if c in self.raw:
-                v, ok = _raw(self.raw[c])
+                v, ok = _raw(self.raw[c][look])
                 cols[c] = pd.arrays.IntegerArray(v, ~ok)
-        row, counted = batch_rows(pd.DataFrame(cols, copy=False), self.attrs.get("path", "trace"))
+        sub, counted = batch_rows(pd.DataFrame(cols, copy=False), self.attrs.get("path", "trace"))
         del cols
+        row = np.ones(len(self), bool)
+        row[look] = sub
         self.attrs.update(counted)
         if not row.all():
             self.counts = np.bincount(self.group_ids()[row], minlength=len(self.keys)).astype(np.int64)

@@ -50,6 +50,7 @@ from lotus.trace.parts import iter_records, mark_continued, stitch
 
 _log = logging.getLogger("lotus.trace")
 CHUNK_RECORDS = 1 << 20  # 48 MiB of records (as load_events: op moments and derived spans are per chunk)
+KEEP_ROWS = 1 << 16  # kept rows of a chunk handled at once (a slice of ~10 MB of temporaries)
 PER_SAMPLE_IDS = (S.EV_SAMPLE, S.EV_LOAD, S.EV_TRANSFORM)
 _ROLES = ["main", "worker"]
 
@@ -99,7 +100,11 @@ def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=No
                 if name in S.EVENTS_BY_NAME:
                     name += " (op)"
                 lut[key[1]] = code_of(name, S.OP_CAT)
-            arr = arr[~ctrl_mask]
+            pos = np.flatnonzero(ctrl_mask)
+            head = int(np.searchsorted(pos - np.arange(len(pos)), 1))  # control records before any event
+            tail = len(pos) - head
+            at_ends = tail == 0 or pos[head] == len(arr) - tail  # as usual: a view, no copy of the chunk
+            arr = arr[head: len(arr) - tail] if at_ends else arr[~ctrl_mask]
             ids = arr["name_id"]
         if derive:  # version >= 2: load/transform spans are derived from sample and op records
             arr = derive_sample_spans(arr)
@@ -189,9 +194,9 @@ def _scan(run: Run, fold: bool):
             for c in present.tolist():
                 if c not in first:
                     first[c] = row + int(np.argmax(code == c))
-            idx = np.flatnonzero(small[code])  # kept rows: few; gather each field once
-            if len(idx):
-                n_legacy += _keep(acc, parts, arr, code, idx, fs, lookups)
+            idx = np.flatnonzero(small[code])  # kept rows: few, but all of a main file's
+            for i in range(0, len(idx), KEEP_ROWS):  # in slices: their temporaries stay small
+                n_legacy += _keep(acc, parts, arr, code, idx[i: i + KEEP_ROWS], fs, lookups)
             slot = slot_of[code]
             ops = np.flatnonzero(slot >= 0)
             if len(ops):
@@ -219,8 +224,8 @@ def _scan(run: Run, fold: bool):
     mark_continued(acc.files, stitch(good))
     refresh()
     names = list(acc.names)
+    release_freed_memory()  # the chunks' temporaries (glibc keeps them otherwise), before pandas is imported
     df = _frame(acc, run)
-    release_freed_memory()  # the chunks' temporaries: glibc keeps them otherwise
     engine = df.attrs["op_engine"] = OpEngine(good, offsets, per_process, names, slot_codes, moments, first)
     engine.by_epoch = by_epoch
     df.attrs["engine"] = "scan"
