@@ -5,9 +5,10 @@ a *config* of the analysis, named by its path relative to the data directory and
 Unreadable runs are skipped with a one-line warning; the rest is analysed.
 
 Engines (``engine=``): ``"memory"`` reads every event into one DataFrame (:func:`lotus.trace.load_events`);
-``"scan"`` reads the files in chunks and keeps only the events that are not per-sample detail, with
-per-op aggregates beside them (:mod:`lotus.trace.scan`: memory bounded by the batches, quantiles of ops
-approximate within 0.04%); ``"auto"`` (what stats, verdict, wait and throughput use) scans runs whose
+``"scan"`` reads the files in chunks, folds the batch-level events into compact per-batch columns and
+keeps the few other events that are not per-sample detail, with per-op aggregates beside them
+(:mod:`lotus.trace.scan`: memory bounded by the batches, quantiles of ops approximate within 0.04%);
+``"auto"`` (what stats, verdict, wait and throughput use) scans runs whose
 lotus trace files hold more than :data:`SCAN_THRESHOLD_BYTES` (``$LOTUS_SCAN_BYTES``; compressed files
 count 5 times their size) and reads smaller
 ones, and original LotusTrace logs, in memory. ``$LOTUS_ENGINE`` (memory | scan | auto) overrides ``auto``
