@@ -119,10 +119,15 @@ def cli_bench(sizes: list[int], root: Path, repeat: int, engine: str) -> dict:
                   f"{row['peak_bytes'] / 2**20:>9.0f}")
     for cmd in ("stats", "verdict"):
         r = [x for x in rows if x["command"] == cmd]
-        if len(r) > 1:
-            dn = (r[-1]["events"] - r[0]["events"]) / 1e6
-            print(f"{cmd}: slope {(r[-1]['seconds'] - r[0]['seconds']) / dn:.3f} s and "
-                  f"{(r[-1]['peak_bytes'] - r[0]['peak_bytes']) / 2**20 / dn:.2f} MiB per million events")
+        # the smallest size's peak is often the scan's fixed per-chunk memory: the last two sizes say more
+        for a, b in sorted({(0, len(r) - 1), (max(len(r) - 2, 0), len(r) - 1)}):
+            if a == b:
+                continue
+            dn = (r[b]["events"] - r[a]["events"]) / 1e6
+            print(f"{cmd}: slope {r[a]['events'] / 1e6:g}M -> {r[b]['events'] / 1e6:g}M: "
+                  f"{(r[b]['seconds'] - r[a]['seconds']) / dn:.3f} s and "
+                  f"{(r[b]['peak_bytes'] - r[a]['peak_bytes']) / 2**20 / dn:.2f} MiB per million events")
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[1]:.2f} (5 min)")
     return {"engine": engine, "rows": rows}
 
 

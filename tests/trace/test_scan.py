@@ -12,11 +12,13 @@ import pandas as pd
 import pytest
 
 from lotus.analysis.diagnosis import verdict
+from lotus.analysis.jsonutil import dumps
 from lotus.analysis.runs import load_config
-from lotus.analysis.stats import config_stats
+from lotus.analysis.stats import config_stats, preprocessing_stats
 from lotus.analysis.throughput import throughput
-from lotus.analysis.wait import wait_stats
+from lotus.analysis.wait import wait_stats, wait_table
 from lotus.trace import schema as S
+from lotus.trace.batches import outcome_summary
 from lotus.trace.events import load_events
 from lotus.trace.moments import BINS_PER_OCTAVE, hist_quantiles
 from lotus.trace.synthetic import PipelineSpec, write_native
@@ -110,6 +112,25 @@ def compare(run: Path, monkeypatch, *, outliers: bool = False) -> None:
           verdict(scan.events, scan.batches, loaders=scan.loaders))
     assert throughput(mem.batches, mem.loaders) == throughput(scan.batches, scan.loaders)
     close(wait_stats(mem.batches), wait_stats(scan.batches))
+    if scan.table is not None:
+        same_from_table(scan, outliers)
+
+
+def same_from_table(cfg, outliers: bool = False) -> None:
+    """The summaries from a scanned run's compact table (lotus.analysis.compact) are exactly those from
+    its batches DataFrame."""
+    t, b, ev = cfg.table, cfg.batches, cfg.events
+    assert cfg.summary_batches is t
+    for ro in ((False, True) if outliers else (False,)):
+        assert dumps(config_stats(ev, t, remove_outliers=ro)) == dumps(config_stats(ev, b, remove_outliers=ro))
+        assert dumps(preprocessing_stats(t, remove_outliers=ro, by="rank")) == \
+            dumps(preprocessing_stats(b, remove_outliers=ro, by="rank"))
+    assert dumps(verdict(ev, t, loaders=cfg.loaders)) == dumps(verdict(ev, b, loaders=cfg.loaders))
+    assert dumps(wait_stats(t)) == dumps(wait_stats(b))
+    assert outcome_summary(t) == outcome_summary(b)
+    if wait_stats(b)["known"]:
+        for sort in ("batch_id", "duration"):
+            pd.testing.assert_frame_equal(wait_table(t, sort=sort), wait_table(b, sort=sort))
 
 
 @pytest.mark.parametrize("config", ["b128_gpu4", "b256_gpu2", "b512_gpu1"])

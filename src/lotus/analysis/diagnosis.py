@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from lotus.analysis import compact
 from lotus.analysis.stats import (
     PER_BATCH_OPS,
     _excluded_keys,
@@ -58,15 +59,21 @@ def classify(wait_share: float | None) -> str:
     return INPUT_BOUND if wait_share <= 0.20 else SEVERE
 
 
+LOOP_SPAN_COLUMNS = [*GROUP, "batches", "start_ns", "end_ns", "span_ns", "wait_ns", "wait_share"]
+UTILISATION_COLUMNS = ["rank", "worker_id", "batches", "busy_ns", "span_ns", "busy_share"]
+
+
 def loop_spans(batches):
     """Per (rank, loader, epoch): training-loop span, total wait and wait share (ns)."""
     import pandas as pd
 
+    if compact.is_table(batches):
+        return compact.loop_spans(batches)
     batches = ok_batches(batches)
     ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
     b = batches[ok]
     if b.empty:
-        return pd.DataFrame(columns=[*GROUP, "batches", "start_ns", "end_ns", "span_ns", "wait_ns", "wait_share"])
+        return pd.DataFrame(columns=LOOP_SPAN_COLUMNS)
     g = b.groupby(GROUP, sort=True)
     out = pd.DataFrame({
         "batches": g.size(),
@@ -74,6 +81,11 @@ def loop_spans(batches):
         "end_ns": g["consumed_ns"].max().astype("int64"),
         "wait_ns": g["wait_dur_ns"].sum().astype("int64"),
     }).reset_index()
+    return with_span_shares(out)
+
+
+def with_span_shares(out):
+    """``span_ns`` and ``wait_share`` added to per-group ``start_ns``, ``end_ns`` and ``wait_ns``."""
     out["span_ns"] = out["end_ns"] - out["start_ns"]
     out["wait_share"] = out["wait_ns"] / out["span_ns"].where(out["span_ns"] > 0)
     return out
@@ -102,13 +114,21 @@ def worker_utilisation(batches):
     """Per (rank, worker_id): busy time (sum of fetch durations), epoch span, busy share, batches."""
     import pandas as pd
 
+    if compact.is_table(batches):
+        return compact.worker_utilisation(batches)
     b = prepared(batches)
     if b.empty:
-        return pd.DataFrame(columns=["rank", "worker_id", "batches", "busy_ns", "span_ns", "busy_share"])
+        return pd.DataFrame(columns=UTILISATION_COLUMNS)
     spans = epoch_spans(batches).set_index(GROUP)["span_ns"]
     b = b.assign(worker_id=b["worker_id"].fillna(-1).astype("int64"))
     per_epoch = b.groupby(["rank", "worker_id", *GROUP[1:]], sort=True).agg(
         batches=("batch_id", "size"), busy_ns=("prep_dur_ns", "sum")).reset_index()
+    return utilisation_of(per_epoch, spans)
+
+
+def utilisation_of(per_epoch, spans):
+    """:func:`worker_utilisation` from per (rank, worker_id, loader, epoch) ``batches`` and ``busy_ns``,
+    and the epochs' spans (``spans.get((rank, loader, epoch), nan)``)."""
     per_epoch["span_ns"] = [spans.get((r, lo, e), np.nan) for r, lo, e in
                             zip(per_epoch["rank"], per_epoch["loader"], per_epoch["epoch"], strict=True)]
     out = per_epoch.groupby(["rank", "worker_id"], sort=True).agg(
@@ -120,7 +140,10 @@ def worker_utilisation(batches):
 
 def slowest_ops(events, batches) -> list[dict]:
     """Parts of preprocessing by total time (largest first): name, calls, mean ms, total s, share."""
-    prep_total = float(prepared(batches)["prep_dur_ns"].sum(skipna=True) or 0)
+    if compact.is_table(batches):
+        prep_total = compact.prep_total_ns(batches)
+    else:
+        prep_total = float(prepared(batches)["prep_dur_ns"].sum(skipna=True) or 0)
     durations = None
     if op_engine(events) is not None:  # a scanned run: counts and sums from the engine (exact)
         sizes = {n: (t["count"], t.get("sum_ns", 0.0)) for n, t in op_table(events).items()}
@@ -150,7 +173,8 @@ def _loader_setting(loaders: dict, key: str):
 
 
 def verdict(events, batches, *, loaders: dict | None = None) -> dict:
-    """The verdict of one run (see the module doc). ``loaders``: DataLoader descriptions, if known."""
+    """The verdict of one run (see the module doc). ``loaders``: DataLoader descriptions, if known;
+    ``batches``: a DataFrame or a scanned run's compact table (:mod:`lotus.analysis.compact`)."""
     loaders = loaders or {}
     spans = loop_spans(batches)
     ws = wait_stats(batches)
@@ -185,7 +209,8 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
         "startup_wait_s": None if startup_ns is None else startup_ns / 1e9,
         "steady_wait_share": steady,
         "steady_class": classify(steady),
-        "batches": int(ok_batches(batches)["consumed_ns"].notna().sum()),
+        "batches": (compact.consumed_count(batches) if compact.is_table(batches)
+                    else int(ok_batches(batches)["consumed_ns"].notna().sum())),
         "outcomes": outcome_summary(batches),
         "per_rank": per_rank,
         "slowest_op": ops[0] if ops else None,
@@ -202,6 +227,8 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
 
 def _startup_wait_ns(batches) -> float:
     """Wait for the first batch handed out in each (rank, loader, epoch): start-up, not steady state."""
+    if compact.is_table(batches):
+        return compact.startup_wait_ns(batches)
     batches = ok_batches(batches)
     ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
     b = batches[ok]
@@ -215,6 +242,8 @@ def _first_batch_wait_ns(batches, spans) -> float:
     """Wait for the first batch of every epoch after the first (worker start-up of non-persistent workers)."""
     if spans.empty:
         return 0.0
+    if compact.is_table(batches):
+        return compact.first_batch_wait_ns(batches)
     batches = ok_batches(batches)
     b = batches[(batches["wait_dur_ns"].notna() & (batches["epoch"] > batches["epoch"].min()))
                 .to_numpy(dtype=bool, na_value=False)]

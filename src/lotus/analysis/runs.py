@@ -5,9 +5,10 @@ a *config* of the analysis, named by its path relative to the data directory and
 Unreadable runs are skipped with a one-line warning; the rest is analysed.
 
 Engines (``engine=``): ``"memory"`` reads every event into one DataFrame (:func:`lotus.trace.load_events`);
-``"scan"`` reads the files in chunks and keeps only the events that are not per-sample detail, with
-per-op aggregates beside them (:mod:`lotus.trace.scan`: memory bounded by the batches, quantiles of ops
-approximate within 0.04%); ``"auto"`` (what stats, verdict, wait and throughput use) scans runs whose
+``"scan"`` reads the files in chunks, folds the batch-level events into compact per-batch columns and
+keeps the few other events that are not per-sample detail, with per-op aggregates beside them
+(:mod:`lotus.trace.scan`: memory bounded by the batches, quantiles of ops approximate within 0.04%);
+``"auto"`` (what stats, verdict, wait and throughput use) scans runs whose
 lotus trace files hold more than :data:`SCAN_THRESHOLD_BYTES` (``$LOTUS_SCAN_BYTES``; compressed files
 count 5 times their size) and reads smaller
 ones, and original LotusTrace logs, in memory. ``$LOTUS_ENGINE`` (memory | scan | auto) overrides ``auto``
@@ -58,22 +59,52 @@ def _config_of(run, engine: str) -> Config:
         from lotus.trace.scan import scan_run
 
         events = scan_run(run)
-        cfg = Config(name=run.name, path=run.path, events=events, batches=batches_of_scan(events))
+        table = getattr(events.attrs["op_engine"], "batch_table", None)
+        if table is not None:  # the DataFrame is made on first use of cfg.batches
+            cfg = Config(name=run.name, path=run.path, events=events, batches=None, table=table)
+        else:
+            cfg = Config(name=run.name, path=run.path, events=events, batches=batches_of_scan(events))
     else:
         cfg = config_from_events(events_of_run(run), name=run.name, path=run.path)
     cfg.kineto = list(run.kineto)
     return cfg
 
 
+class _Batches:
+    """``Config.batches``: the DataFrame given, or made from ``Config.table`` on first use."""
+
+    def __get__(self, cfg, owner=None):
+        if cfg is None:
+            return None  # the dataclass field's default
+        if cfg.__dict__.get("_batches") is None and cfg.__dict__.get("table") is not None:
+            cfg.__dict__["_batches"] = cfg.table.frame()
+        return cfg.__dict__.get("_batches")
+
+    def __set__(self, cfg, value):
+        cfg.__dict__["_batches"] = value
+
+
 @dataclass
 class Config:
-    """One run: its name, directory, events and batches (DataFrames), and torch.profiler traces."""
+    """One run: its name, directory, events and batches (DataFrames), and torch.profiler traces.
+
+    A scanned run (:mod:`lotus.trace.scan`) also has ``table``, its batches as compact columns
+    (:class:`lotus.trace.batchtable.BatchTable`): ``batches`` is made from it on first use, and the
+    summaries of ``lotus analyze stats|wait|verdict`` read :attr:`summary_batches` (the table when
+    there is one), which needs no DataFrame."""
 
     name: str
     path: Path
     events: object  # pandas.DataFrame (lotus.trace.load_events)
-    batches: object  # pandas.DataFrame (lotus.trace.batches_from_events)
+    batches: object = _Batches()  # pandas.DataFrame (lotus.trace.batches_from_events)
     kineto: list[Path] = field(default_factory=list)
+    table: object = None  # lotus.trace.batchtable.BatchTable of a scanned run, or None
+
+    @property
+    def summary_batches(self):
+        """What :func:`lotus.analysis.stats.config_stats`, :func:`lotus.analysis.wait.wait_stats` and
+        :func:`lotus.analysis.diagnosis.verdict` read: the compact table of a scanned run, else ``batches``."""
+        return self.table if self.table is not None else self.batches
 
     @property
     def files(self) -> list[dict]:

@@ -84,6 +84,10 @@ def split_outliers(batches):
 
 def preprocessing_stats(batches, *, remove_outliers: bool = False, by: str | None = None) -> dict:
     """Statistics (ms) of batch preprocessing time; ``by`` (e.g. ``"rank"``) gives one per group."""
+    from lotus.analysis import compact
+
+    if compact.is_table(batches):
+        return compact.preprocessing_stats(batches, remove_outliers=remove_outliers, by=by)
     b = split_outliers(batches)[0] if remove_outliers else prepared(batches)
     if by is None:
         return describe_ms(b["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan))
@@ -256,8 +260,13 @@ def op_totals_s(events) -> dict[str, float]:
 
 def config_stats(events, batches, *, remove_outliers: bool = False) -> dict:
     """``{"batch_preprocessing_ms": {...}, "ops_ms": {op: {...}}, "outliers_removed": n, "outcomes": {...}}``
-    of one run (``outcomes``: :func:`lotus.trace.batches.outcome_summary`, failed and exhausted fetches)."""
+    of one run (``outcomes``: :func:`lotus.trace.batches.outcome_summary`, failed and exhausted fetches);
+    ``batches``: a DataFrame or a scanned run's compact table (:mod:`lotus.analysis.compact`)."""
+    from lotus.analysis import compact
     from lotus.trace.batches import outcome_summary
+
+    if compact.is_table(batches):
+        return compact.config_stats(events, batches, remove_outliers=remove_outliers)
 
     if remove_outliers:
         kept, dropped = split_outliers(batches)

@@ -33,7 +33,7 @@ import itertools
 import numpy as np
 
 from lotus.analysis.stats import describe_ms
-from lotus.trace.batches import failed_mask, ok_batches
+from lotus.trace.batches import failed_mask
 
 GROUP = ["rank", "loader", "epoch"]
 MS = 1_000_000
@@ -45,11 +45,20 @@ def _i64(s) -> np.ndarray:
     return s.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def waited(batches):
-    """Consumed batches with a known wait, in consumption order per (rank, loader, epoch)."""
+_HOL_COLUMNS = [*GROUP, "batch_id", "wait_start_ns", "wait_dur_ns", "arrive_ns", "prep_end_ns"]
+
+
+def waited(batches, columns: list[str] | None = None):
+    """Consumed batches with a known wait, in consumption order per (rank, loader, epoch); only
+    ``columns`` (all of them by default), taken in one copy."""
     ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
-    ok = ok & ~failed_mask(batches)
-    return batches[ok].sort_values([*GROUP, "consumed_ns"], kind="stable")
+    rows = np.flatnonzero(ok & ~failed_mask(batches))
+    # a stable sort by group, then consumption (what sort_values([*GROUP, "consumed_ns"], kind="stable") gives)
+    keys = [batches[c].iloc[rows].to_numpy() for c in ("consumed_ns", *reversed(GROUP))]  # no NA left
+    rows = rows[np.lexsort(keys)]
+    del keys
+    cols = slice(None) if columns is None else [batches.columns.get_loc(c) for c in columns]
+    return batches.iloc[rows, cols]
 
 
 def _rel(series, base: int) -> np.ndarray:
@@ -67,22 +76,33 @@ def ready_ns(batches, base: int = 0) -> np.ndarray:
     return np.where(np.isnan(arrive), _rel(batches["prep_end_ns"], base), arrive)
 
 
-def hol_per_batch(batches):
-    """Per-batch head-of-line blocking and the in_order=False model (DataFrame, ns; see the module doc)."""
+def hol_per_batch(batches, w=None):
+    """Per-batch head-of-line blocking and the in_order=False model (DataFrame, ns; see the module doc).
+    ``w``: :func:`waited` of ``batches`` (with at least the columns of :data:`_HOL_COLUMNS`), if made."""
     import pandas as pd
 
-    w = waited(batches)
+    w = waited(batches, _HOL_COLUMNS) if w is None else w
     out = w[[*GROUP, "batch_id"]].copy()
     base = int(w["wait_start_ns"].min()) if len(w) else 0
     ws = _rel(w["wait_start_ns"], base)
     wd = _i64(w["wait_dur_ns"])
     ready = ready_ns(w, base)
-    blocked = np.zeros(len(w))
-    ooo_wait = wd.copy()
     starts = np.flatnonzero(np.r_[True, (w[GROUP].to_numpy()[1:] != w[GROUP].to_numpy()[:-1]).any(axis=1)]) \
         if len(w) else np.array([], int)
-    bounds = [*starts.tolist(), len(w)]
-    for a, b in itertools.pairwise(bounds):
+    blocked, ooo_wait = hol_arrays(starts, ws, wd, ready)
+    out["wait_ns"] = wd
+    out["hol_blocked_ns"] = blocked
+    out["wait_in_order_false_ns"] = ooo_wait
+    return pd.DataFrame(out).reset_index(drop=True)
+
+
+def hol_arrays(starts: np.ndarray, ws: np.ndarray, wd: np.ndarray, ready: np.ndarray):
+    """(head-of-line blocked ns, wait ns with in_order=False) of waited batches in consumption order:
+    ``starts``, the first row of each (rank, loader, epoch); ``ws``, ``wd``, ``ready``: wait start, wait
+    and ready time, float ns (NaN: unknown), as :func:`hol_per_batch` computes them."""
+    blocked = np.zeros(len(wd))
+    ooo_wait = wd.copy()
+    for a, b in itertools.pairwise([*np.asarray(starts).tolist(), len(wd)]):
         r = ready[a:b]
         r_filled = np.where(np.isnan(r), np.inf, r)
         # earliest ready time among later batches of the group
@@ -92,10 +112,7 @@ def hol_per_batch(batches):
         blocked[a:b] = np.clip(np.minimum(end, own) - np.maximum(ws[a:b], later), 0, wd[a:b])
         if not np.isnan(r).any():
             ooo_wait[a:b] = _replay(ws[a:b], wd[a:b], r, np.sort(r))
-    out["wait_ns"] = wd
-    out["hol_blocked_ns"] = blocked
-    out["wait_in_order_false_ns"] = ooo_wait
-    return pd.DataFrame(out).reset_index(drop=True)
+    return blocked, ooo_wait
 
 
 def _replay(ws: np.ndarray, wd: np.ndarray, ready: np.ndarray, served: np.ndarray) -> np.ndarray:
@@ -117,14 +134,17 @@ def _replay(ws: np.ndarray, wd: np.ndarray, ready: np.ndarray, served: np.ndarra
     return u - t + h
 
 
-def wait_buckets(batches) -> dict[str, float]:
-    """Share of waited batches in each bucket (see :data:`BUCKETS`)."""
-    w = waited(batches)
+def wait_buckets(batches, w=None) -> dict[str, float]:
+    """Share of waited batches in each bucket (see :data:`BUCKETS`); ``w``: :func:`waited`, if made."""
+    w = waited(batches, ["wait_dur_ns", "buffered"]) if w is None else w
     n = len(w)
     if n == 0:
         return {k: 0.0 for k, _ in BUCKETS}
-    wd = _i64(w["wait_dur_ns"])
-    buf = w["buffered"].to_numpy(dtype=bool, na_value=False)
+    return _buckets(_i64(w["wait_dur_ns"]), w["buffered"].to_numpy(dtype=bool, na_value=False))
+
+
+def _buckets(wd: np.ndarray, buf: np.ndarray) -> dict[str, float]:
+    n = len(wd)
     return {
         "buffered": float(buf.sum() / n),
         "up_to_1ms": float((~buf & (wd <= MS)).sum() / n),
@@ -135,26 +155,43 @@ def wait_buckets(batches) -> dict[str, float]:
 
 def delay_stats(batches) -> dict:
     """Statistics (ms) of ``delay = consumed - end of preprocessing`` (failed batches left out)."""
-    return describe_ms(_i64(ok_batches(batches)["delay_ns"]))
+    return describe_ms(_i64(batches["delay_ns"])[~failed_mask(batches)])
 
 
 def wait_stats(batches) -> dict:
-    """Wait, delay and head-of-line blocking summary of one run (times in ms, shares in [0, 1])."""
-    w = waited(batches)
-    consumed = int(ok_batches(batches)["consumed_ns"].notna().sum())
+    """Wait, delay and head-of-line blocking summary of one run (times in ms, shares in [0, 1]);
+    ``batches``: a DataFrame or a scanned run's compact table (:mod:`lotus.analysis.compact`)."""
+    from lotus.analysis import compact
+
+    if compact.is_table(batches):
+        return compact.wait_stats(batches)
+    w = waited(batches, [*_HOL_COLUMNS, "buffered"])  # once: every number below reads it
+    consumed = int((batches["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)
+                    & ~failed_mask(batches)).sum())
     if len(w) == 0:
         why = ("no main-process wait events (an original log before SBatchWait, or worker files only)"
                if len(batches) else "no batches")
         return {"known": False, "reason": why, "batches": consumed, "delay_ms": delay_stats(batches)}
-    hol = hol_per_batch(batches)
+    hol = hol_per_batch(batches, w)
+    return summary_of(hol["wait_ns"].to_numpy(), w["buffered"].to_numpy(dtype=bool, na_value=False),
+                      hol["hol_blocked_ns"].to_numpy(), hol["wait_in_order_false_ns"].to_numpy(),
+                      delay_stats(batches))
+
+
+def summary_of(wd: np.ndarray, buf: np.ndarray, blocked: np.ndarray, ooo: np.ndarray, delay_ms: dict) -> dict:
+    """:func:`wait_stats` of waited batches (consumption order): wait ns (float), buffered, head-of-line
+    blocked ns and wait with in_order=False (:func:`hol_arrays`), and the delay statistics."""
+    import pandas as pd
+
+    hol = pd.DataFrame({"wait_ns": wd, "hol_blocked_ns": blocked, "wait_in_order_false_ns": ooo}, copy=False)
     total_wait = float(hol["wait_ns"].sum())
     saving = max(0.0, float((hol["wait_ns"] - hol["wait_in_order_false_ns"]).sum()))
     return {
         "known": True,
-        "batches": len(w),
-        "buckets": wait_buckets(batches),
-        "wait_ms": describe_ms(_i64(w["wait_dur_ns"])),
-        "delay_ms": delay_stats(batches),
+        "batches": len(wd),
+        "buckets": _buckets(wd, buf),
+        "wait_ms": describe_ms(wd),
+        "delay_ms": delay_ms,
         "head_of_line": {
             "blocked_ms": float(hol["hol_blocked_ns"].sum() / MS),
             "blocked_batches": int((hol["hol_blocked_ns"] > 0).sum()),
@@ -169,8 +206,12 @@ def wait_table(batches, *, sort: str = "batch_id"):
     """Per-batch wait/delay rows (ms), sorted by ``batch_id`` (with rank, loader, epoch) or ``duration``."""
     import pandas as pd
 
-    w = waited(batches)
-    hol = hol_per_batch(batches)
+    from lotus.analysis import compact
+
+    if compact.is_table(batches):
+        return compact.wait_table(batches, sort=sort)
+    w = waited(batches, [*_HOL_COLUMNS, "buffered", "worker_id", "delay_ns"])
+    hol = hol_per_batch(batches, w)
     t = pd.DataFrame({
         "rank": w["rank"].to_numpy(), "loader": w["loader"].to_numpy(), "epoch": w["epoch"].to_numpy(),
         "batch_id": w["batch_id"].to_numpy(),
@@ -180,6 +221,11 @@ def wait_table(batches, *, sort: str = "batch_id"):
         "delay_ms": _i64(w["delay_ns"]) / MS,
         "hol_blocked_ms": hol["hol_blocked_ns"].to_numpy() / MS,
     })
+    return sorted_table(t, sort)
+
+
+def sorted_table(t, sort: str):
+    """:func:`wait_table`'s rows in its order."""
     if sort == "duration":
         return t.sort_values("wait_ms", ascending=False, kind="stable", ignore_index=True)
     return t.sort_values([*GROUP, "batch_id"], kind="stable", ignore_index=True)

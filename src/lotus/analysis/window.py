@@ -28,10 +28,27 @@ class WindowError(LotusError):
     """A window that is malformed or outside the run."""
 
 
-def run_span(events) -> tuple[int, int]:
+def _folded_extent(events) -> dict[int, list[int]]:
+    """``{epoch: [first start, last end]}`` of a scanned run's batch-level events that were folded into
+    its batches rather than kept as rows (:mod:`lotus.trace.batchparts`); empty otherwise."""
+    return getattr(events.attrs.get("op_engine"), "folded_extent", None) or {}
+
+
+def run_span(events, epochs: tuple[int, int] | None = None) -> tuple[int, int]:
+    """First start and last end (wall-clock ns) of every event of the run, or of epochs ``a..b``
+    (both included); a scanned run's folded batch-level events count as if they were rows."""
     start = events["start_ns"].to_numpy()
     end = start + np.maximum(events["dur_ns"].to_numpy(), 0)
-    return int(start.min()), int(end.max())
+    if epochs is not None:
+        ep = events["epoch"].to_numpy()
+        sel = (ep >= epochs[0]) & (ep <= epochs[1])
+        start, end = start[sel], end[sel]
+    lo, hi = ([int(start.min())], [int(end.max())]) if len(start) else ([], [])
+    for e, (s, t) in _folded_extent(events).items():
+        if epochs is None or epochs[0] <= e <= epochs[1]:
+            lo.append(s)
+            hi.append(t)
+    return min(lo), max(hi)
 
 
 def parse_window(text: str, events) -> tuple[int, int]:
@@ -42,12 +59,10 @@ def parse_window(text: str, events) -> tuple[int, int]:
     if m:
         a = int(m[1])
         b = int(m[2]) if m[2] is not None else a
-        ep = events["epoch"].to_numpy()
-        sel = (ep >= a) & (ep <= b)
-        if not sel.any():
-            have = np.unique(ep)
+        have = np.union1d(events["epoch"].to_numpy(), np.array(list(_folded_extent(events)), np.int64))
+        if not ((have >= a) & (have <= b)).any():
             raise WindowError(f"epochs {a}-{b} are not in this run (it has epochs {int(have.min())}-{int(have.max())})")
-        return run_span(events[sel])
+        return run_span(events, (a, b))
     try:
         lo, hi = text.split(":")
         s0 = float(lo) if lo else 0.0

@@ -102,9 +102,9 @@ def stats(data_dir: Path, remove_outliers: bool, output: Path | None, per_rank: 
     result = {}
     ranks = {}
     for cfg in configs_of(data_dir, "auto"):
-        result[cfg.name] = config_stats(cfg.events, cfg.batches, remove_outliers=remove_outliers)
+        result[cfg.name] = config_stats(cfg.events, cfg.summary_batches, remove_outliers=remove_outliers)
         if per_rank:
-            ranks[cfg.name] = preprocessing_stats(cfg.batches, remove_outliers=remove_outliers, by="rank")
+            ranks[cfg.name] = preprocessing_stats(cfg.summary_batches, remove_outliers=remove_outliers, by="rank")
         if not as_json:
             _print_stats(cfg.name, result[cfg.name], ranks.get(cfg.name))
     doc = {"configs": {name: {"batch_preprocessing_ms": st["batch_preprocessing_ms"], "ops_ms": st["ops_ms"],
@@ -168,13 +168,13 @@ def wait(data_dir: Path, sort: str, fig_dir: Path | None, top: int, as_json: boo
 
     doc = {"configs": {}}
     for cfg in configs_of(data_dir, "auto"):
-        summary = wait_stats(cfg.batches)
-        table = wait_table(cfg.batches, sort=sort) if summary["known"] else None
+        summary = wait_stats(cfg.summary_batches)
+        table = wait_table(cfg.summary_batches, sort=sort) if summary["known"] else None
         if as_json:
             doc["configs"][cfg.name] = {**summary, "batches_detail": [] if table is None else
                                         table.to_dict(orient="records")}
         else:
-            _print_wait(cfg.name, summary, table, top, sort, outcome_summary(cfg.batches))
+            _print_wait(cfg.name, summary, table, top, sort, outcome_summary(cfg.summary_batches))
         if fig_dir is not None:
             from lotus.analysis import plotdata
             from lotus.analysis.plots import delay_plot, safe_name, save_figure, wait_plot
@@ -233,7 +233,7 @@ def verdict_cmd(data_dir: Path, as_json: bool, per_rank: bool, fail_fraction: fl
     doc = {"configs": {}}
     failed = []
     for cfg in configs_of(data_dir, "auto"):
-        v = verdict(cfg.events, cfg.batches, loaders=cfg.loaders)
+        v = verdict(cfg.events, cfg.summary_batches, loaders=cfg.loaders)
         doc["configs"][cfg.name] = v
         if fail_fraction is not None and v["wait_share"] is not None and v["wait_share"] > fail_fraction:
             failed.append(cfg.name)

@@ -88,8 +88,6 @@ OUTCOME_COLUMNS = [*KEY, "worker_id", "pid", "outcome", "start_ns", "dur_ns"]
 
 def batches_from_events(events):
     """Pure function: the events DataFrame -> the batches DataFrame (one row per batch; see the module doc)."""
-    import pandas as pd
-
     name_cat = events["name"].array
     codes = np.asarray(name_cat.codes)
     lookup = {str(c): i for i, c in enumerate(name_cat.categories)}
@@ -129,15 +127,34 @@ def batches_from_events(events):
         if part is not None:
             frames.append(part.groupby(KEY).size().rename(f"_n_{name}").astype("Int64").to_frame())
     if not frames:
-        out = pd.DataFrame({c: pd.Series(dtype="Int64") for c in BATCH_COLUMNS})
-        out["failed"] = out["failed"].astype(bool)
-        out["detail"] = out["detail"].astype(bool)
-        out["status"] = pd.Categorical([], categories=STATUSES)
-        out.attrs.update(events.attrs)
-        out.attrs.update(exhausted=0, exhausted_by_worker={}, dispatched_without_batch=0)
-        return out
+        return empty_batches(events.attrs)
     df = frames[0].join(frames[1:], how="outer") if len(frames) > 1 else frames[0]
-    df = _only_batches(df.reset_index(), events.attrs.get("path", "trace"))
+    del frames, part  # the parts: as large as the join again
+    return batches_from_joined(df.reset_index(), events.attrs)
+
+
+def empty_batches(attrs):
+    import pandas as pd
+
+    out = pd.DataFrame({c: pd.Series(dtype="Int64") for c in BATCH_COLUMNS})
+    out["failed"] = out["failed"].astype(bool)
+    out["detail"] = out["detail"].astype(bool)
+    out["status"] = pd.Categorical([], categories=STATUSES)
+    out.attrs.update(attrs)
+    out.attrs.update(exhausted=0, exhausted_by_worker={}, dispatched_without_batch=0)
+    return out
+
+
+def batches_from_joined(df, attrs, *, only_batches: bool = True):
+    """The batches DataFrame from the outer join of the per-event-kind parts on :data:`KEY` (KEY columns,
+    then the columns of :data:`_PARTS`, :data:`_SUMS`, ``_collate_n``, ``_n_sample``/``_n_load`` of the
+    kinds present, nullable Int64); ``attrs``: the events' attrs. Shared by :func:`batches_from_events`
+    and the scan engine's :class:`lotus.trace.batchtable.BatchTable` (whose rows are batches already:
+    ``only_batches=False``, its counts in ``attrs``)."""
+    import pandas as pd
+
+    if only_batches:
+        df = _only_batches(df, attrs.get("path", "trace"))
 
     def col(name):
         return df[name] if name in df else pd.Series(pd.NA, index=df.index, dtype="Int64")
@@ -177,14 +194,40 @@ def batches_from_events(events):
     has_samples = (col("_n_sample").fillna(0) > 0) | (col("_n_load").fillna(0) > 0)
     flagged = (flags.fillna(0).clip(lower=0) & S.FETCH_DETAIL) != 0
     out["detail"] = (flagged | has_samples | (not bool(flagged.any()))).astype(bool)
-    out = out.sort_values(KEY, ignore_index=True)
-    out.attrs.update(events.attrs)
-    out.attrs.update(df.attrs)
-    return out[BATCH_COLUMNS]
+    joined_attrs = df.attrs
+    df = n = flags = wflags = has_samples = flagged = v = ok = None  # the joined parts: freed before the copies below
+    out = out[BATCH_COLUMNS]
+    keys = [out[c].to_numpy() for c in KEY]
+    if len(out) > 1 and not _sorted_keys(keys):  # the outer join sorts its keys: usually nothing to do
+        out = out.sort_values(KEY, ignore_index=True)
+    out.attrs.update(attrs)
+    out.attrs.update(joined_attrs)
+    return out
+
+
+def _sorted_keys(keys) -> bool:
+    """Whether the rows are in lexicographic order of the key columns (each a numpy array)."""
+    le = np.ones(len(keys[0]) - 1, bool)  # row i <= row i+1 so far, decided by the earlier columns
+    eq = np.ones(len(keys[0]) - 1, bool)
+    for k in keys:
+        a, b = k[:-1], k[1:]
+        le &= ~eq | (a <= b)
+        eq &= a == b
+    return bool(le.all())
 
 
 def _only_batches(df, where):
     """Rows of the joined parts that are batches (see the module doc); the others counted in ``attrs``."""
+    row, attrs = batch_rows(df, where)
+    kept = df.reset_index(drop=True) if row.all() else df[row].reset_index(drop=True)
+    kept.attrs = attrs
+    return kept
+
+
+def batch_rows(df, where) -> tuple[np.ndarray, dict]:
+    """(boolean mask of the keys that are batches, attrs counting the others) of joined parts ``df`` (only
+    the columns ``rank``, ``_fetch_flags``, ``consumed_ns``, ``_arrive_flags``, ``_exhausted_worker``,
+    ``dispatch_worker`` and ``dispatch_ns`` are read; absent ones are all-NA). See the module doc."""
     import pandas as pd
 
     def has(c):
@@ -213,10 +256,8 @@ def _only_batches(df, where):
     if (rest & ~dispatched).any():
         _log.info("%s: %d batch key(s) with events but neither a fetch nor a consumption (a process killed "
                   "mid-batch?) are not batches", where, int((rest & ~dispatched).sum()))
-    kept = df[row].reset_index(drop=True)
-    kept.attrs = {"exhausted": int(gone.sum()), "exhausted_by_worker": dict(sorted(by_worker.items())),
-                  "dispatched_without_batch": int(dispatched.sum())}
-    return kept
+    return row, {"exhausted": int(gone.sum()), "exhausted_by_worker": dict(sorted(by_worker.items())),
+                 "dispatched_without_batch": int(dispatched.sum())}
 
 
 def worker_label(rank: int, worker: int) -> str:
@@ -280,14 +321,25 @@ def outcome_summary(batches) -> dict:
 
         {"batches": rows, "ok": n, "failed": n, "failed_by_worker": {"r0/w1": n},
          "exhausted": n, "exhausted_by_worker": {...}, "dispatched_without_batch": n}
+
+    ``batches``: a DataFrame or a scanned run's :class:`~lotus.trace.batchtable.BatchTable`.
     """
+    from lotus.trace.batchtable import BatchTable
+
+    if isinstance(batches, BatchTable):
+        return batches.outcome_summary()
     failed = batches[failed_mask(batches)]
+    return outcomes_of(len(batches), failed["rank"].tolist(), failed["worker_id"].fillna(-1).astype("int64").tolist(),
+                    batches.attrs)
+
+
+def outcomes_of(n: int, ranks: list, workers: list, a: dict) -> dict:
+    """:func:`outcome_summary` of ``n`` batches whose failed ones are at (ranks, workers)."""
     by_worker: dict[str, int] = {}
-    for r, w in zip(failed["rank"].tolist(), failed["worker_id"].fillna(-1).astype("int64").tolist(), strict=True):
+    for r, w in zip(ranks, workers, strict=True):
         label = worker_label(r, w)
         by_worker[label] = by_worker.get(label, 0) + 1
-    a = batches.attrs
-    return {"batches": len(batches), "ok": len(batches) - len(failed), "failed": len(failed),
+    return {"batches": n, "ok": n - len(ranks), "failed": len(ranks),
             "failed_by_worker": dict(sorted(by_worker.items())), "exhausted": int(a.get("exhausted", 0)),
             "exhausted_by_worker": dict(a.get("exhausted_by_worker", {})),
             "dispatched_without_batch": int(a.get("dispatched_without_batch", 0))}
@@ -297,6 +349,11 @@ def detail_share(events) -> float:
     """Pure function: the share of successful fetches of ``events`` that are detail batches (carry
     per-sample/per-op records). 1.0 for traces without the flag (earlier formats, original logs: every
     batch was recorded in full) and for traces without fetches."""
+    counts = getattr(events.attrs.get("op_engine"), "fetch_counts", None)
+    if counts is not None:  # a scanned run keeps no fetch rows: the scan counted their flags
+        from lotus.trace.batchtable import detail_counts_share
+
+        return detail_counts_share(counts)
     name_cat = events["name"].array
     code = {str(c): i for i, c in enumerate(name_cat.categories)}.get("fetch")
     if code is None:

@@ -45,15 +45,29 @@ def sample_counts(engine: OpEngine, keys) -> dict:
 
 
 def batches_of_scan(events):
-    """The batches DataFrame of a scanned run: :func:`lotus.trace.batches.batches_from_events` on the
-    kept events, plus ``n_samples`` of batches without a collate from their per-sample events."""
-    from lotus.trace.batches import KEY, batches_from_events
+    """The batches DataFrame of a scanned run: from its folded batch-level events
+    (:meth:`lotus.trace.batchtable.BatchTable.frame`), or :func:`lotus.trace.batches.batches_from_events`
+    on the kept events where the scan kept them as rows, plus ``n_samples`` of batches without a
+    collate from their per-sample events."""
+    from lotus.trace.batches import batches_from_events
 
-    out = batches_from_events(events)
     engine = events.attrs.get("op_engine")
+    table = getattr(engine, "batch_table", None)
+    if table is not None:
+        return table.frame()
+    out = batches_from_events(events)
+    if engine is not None:
+        fill_sample_counts(engine, out)
+    return out
+
+
+def fill_sample_counts(engine: OpEngine, out) -> None:
+    """``n_samples`` of the batches without a collate, from their per-sample events (another scan)."""
+    from lotus.trace.batches import KEY
+
     missing = out["n_samples"].isna().to_numpy()
-    if engine is None or not missing.any():
-        return out
+    if not missing.any():
+        return
     counts = sample_counts(engine, out.loc[missing, KEY])
     idx = out.loc[missing].set_index(KEY).index
     n = None
@@ -64,7 +78,6 @@ def batches_of_scan(events):
     col = out["n_samples"].copy()
     col[missing] = [None if np.isnan(x) else int(x) for x in n]
     out["n_samples"] = col.astype("Int64")
-    return out
 
 
 def _exclusion(engine: OpEngine, exclude_keys):

@@ -3,10 +3,14 @@
 ``scan_run(run)`` reads every ``.lotustrace`` file of a run in chunks of :data:`CHUNK_RECORDS` records
 (numpy, at memory speed) and keeps:
 
-* every event that is *not* per-sample detail (``sample``, ``load``, ``transform`` and the op events
-  are left out) as an events DataFrame with the columns of :func:`lotus.trace.load_events`: the batch
-  table, waits, GPU events and verdicts are computed from it exactly as from the full events;
-* per-sample event counts per batch key (the ``n_samples`` fallback of batches without a collate);
+* the batch-level events folded into compact per-batch columns (:mod:`lotus.trace.batchparts`, a
+  :class:`~lotus.trace.batchtable.BatchTable` in the engine's ``batch_table``): the batches table, and
+  so waits and verdicts, is the one :func:`lotus.trace.batches.batches_from_events` makes from the
+  full events, exactly;
+* the other events that are *not* per-sample detail (``sample``, ``load``, ``transform`` and the op
+  events are left out; of the batch-level ones only ``exhausted``, failed ``fetch`` and GPU events) as
+  an events DataFrame with the columns of :func:`lotus.trace.load_events` (outcomes, GPU telemetry,
+  markers); the fetches' detail flags are counted (:func:`lotus.trace.batches.detail_share`);
 * per op (``load``, every transform op, ``transform``, ``sample``, ``collate``): count, sum, variance
   (Chan's merge of per-chunk moments), exact min and max, and a log-histogram of durations
   (:data:`BINS_PER_OCTAVE` bins per power of two) for the quantiles.
@@ -19,15 +23,16 @@ being its bin's geometric centre, clipped to [min, max]). Durations <= 0 fall in
 Excluding batches (failed or exhausted fetches, ``--remove-outliers``) needs a second scan, made only
 when there is something to exclude (:meth:`OpEngine.op_table`).
 
-The per-sample events are attached as ``events.attrs["op_engine"]`` (an :class:`OpEngine`);
-:func:`lotus.analysis.stats.op_durations` and its users read per-op statistics from it.
+What the scan keeps beside the events is attached as ``events.attrs["op_engine"]`` (an
+:class:`~lotus.trace.opengine.OpEngine`); :func:`lotus.analysis.stats.op_durations` and its users
+read per-op statistics from it. ``n_samples`` of batches without a collate is counted by another scan
+(:func:`lotus.trace.rescan.fill_sample_counts`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,84 +40,19 @@ import numpy as np
 
 from lotus.errors import InputError
 from lotus.trace import schema as S
+from lotus.trace.batchparts import BatchParts, SparseBatchIds
 from lotus.trace.discover import Run
-from lotus.trace.moments import _epoch_sums, _Moments, hist_quantiles
+from lotus.trace.moments import _epoch_sums, _Moments
 from lotus.trace.native import derive_sample_spans, read_header
+from lotus.trace.opengine import OP_BUILTINS, OpEngine
+from lotus.trace.original import release_freed_memory
 from lotus.trace.parts import iter_records, mark_continued, stitch
 
 _log = logging.getLogger("lotus.trace")
-CHUNK_RECORDS = 1 << 20
+CHUNK_RECORDS = 1 << 20  # 48 MiB of records (as load_events: op moments and derived spans are per chunk)
+KEEP_ROWS = 1 << 16  # kept rows of a chunk handled at once (a slice of ~10 MB of temporaries)
 PER_SAMPLE_IDS = (S.EV_SAMPLE, S.EV_LOAD, S.EV_TRANSFORM)
-OP_BUILTINS = ("load", "transform", "sample", "collate")
 _ROLES = ["main", "worker"]
-
-
-class OpEngine:
-    """Per-op statistics of one scanned run (see the module doc); survives DataFrame attrs copies."""
-
-    def __init__(self, paths: list[Path], offsets: dict, loader_offsets: dict, names: list[str],
-                 slot_codes: list[int], moments: _Moments, first: dict[int, int]):
-        self.paths, self.offsets, self.loader_offsets = paths, offsets, loader_offsets
-        self.names = names  # run-wide code -> name
-        self.slot_codes = slot_codes
-        self.moments = moments
-        self.first = first  # code -> first row index in file order (the events DataFrame's order)
-
-    def __deepcopy__(self, memo):
-        return self
-
-    def __copy__(self):
-        return self
-
-    def __eq__(self, other):  # attrs comparisons (pandas concat) must not fail
-        return self is other
-
-    __hash__ = object.__hash__
-
-    def epoch_totals(self) -> dict[int, dict[str, float]]:
-        """``{epoch: {op: total ns}}`` over every op event (failed/exhausted fetches included)."""
-        return {e: {self.names[c]: float(row[k]) for k, c in enumerate(self.slot_codes) if k < len(row) and row[k]}
-                for e, row in sorted(getattr(self, "by_epoch", {}).items())}
-
-    def op_order(self) -> list[str]:
-        """Ops present, in pipeline order: load, transform ops by first occurrence, transform, sample, collate."""
-        present = {self.names[c]: self.first[c] for c, k in zip(self.slot_codes, range(len(self.slot_codes)),
-                                                              strict=True) if self.moments.n[k] > 0}
-        ops = sorted((i, n) for n, i in present.items() if n not in OP_BUILTINS)
-        return ([n for n in ("load",) if n in present] + [n for _, n in ops]
-                + [n for n in ("transform", "sample", "collate") if n in present])
-
-    def op_mean_ci95_ms(self, names, exclude_keys=None) -> dict[str, list[float] | None]:
-        """95% interval (ms) of each op's mean per call, batches as the sampled units (a second scan)."""
-        from lotus.trace.rescan import op_mean_ci95
-
-        ci = op_mean_ci95(self, exclude_keys)
-        slot = {self.names[c]: k for k, c in enumerate(self.slot_codes)}
-        return {n: None if ci.get(slot.get(n)) is None else [v / 1e6 for v in ci[slot[n]]] for n in names}
-
-    def op_table(self, exclude_keys=None) -> dict[str, dict]:
-        """``{op: {count, sum_ns, mean_ns, std_ns, min_ns, max_ns, p25_ns, median_ns, p75_ns, p90_ns,
-        p99_ns}}`` in pipeline order, without the events of the batch keys in ``exclude_keys`` (a frame
-        with the columns rank, loader, epoch, batch_id); a second scan when there are some."""
-        m = self.moments
-        if exclude_keys is not None and len(exclude_keys):
-            from lotus.trace.rescan import rescan_ops
-
-            m = rescan_ops(self, exclude_keys)
-        slot = {self.names[c]: k for k, c in enumerate(self.slot_codes)}
-        out = {}
-        for name in self.op_order():
-            k = slot[name]
-            n = int(m.n[k]) if k < len(m.n) else 0
-            if n == 0:
-                out[name] = {"count": 0}
-                continue
-            lo, hi = float(m.lo[k]), float(m.hi[k])
-            p25, med, p75, p90, p99 = hist_quantiles(m.hist[k], (0.25, 0.5, 0.75, 0.9, 0.99), lo, hi)
-            out[name] = {"count": n, "sum_ns": float(m.total[k]), "mean_ns": float(m.mean[k]),
-                         "std_ns": math.sqrt(max(float(m.m2[k]) / n, 0.0)), "min_ns": lo, "max_ns": hi,
-                         "p25_ns": p25, "median_ns": med, "p75_ns": p75, "p90_ns": p90, "p99_ns": p99}
-        return out
 
 
 @dataclass
@@ -160,7 +100,11 @@ def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=No
                 if name in S.EVENTS_BY_NAME:
                     name += " (op)"
                 lut[key[1]] = code_of(name, S.OP_CAT)
-            arr = arr[~ctrl_mask]
+            pos = np.flatnonzero(ctrl_mask)
+            head = int(np.searchsorted(pos - np.arange(len(pos)), 1))  # control records before any event
+            tail = len(pos) - head
+            at_ends = tail == 0 or pos[head] == len(arr) - tail  # as usual: a view, no copy of the chunk
+            arr = arr[head: len(arr) - tail] if at_ends else arr[~ctrl_mask]
             ids = arr["name_id"]
         if derive:  # version >= 2: load/transform spans are derived from sample and op records
             arr = derive_sample_spans(arr)
@@ -189,11 +133,23 @@ def _legacy_fetch(arr, code):
 
 def scan_run(run: Run):
     """The events DataFrame of ``run`` without per-sample detail, with an :class:`OpEngine` in its
-    ``attrs["op_engine"]`` (see the module doc)."""
-    from lotus.trace.events import _Acc, _warn_missing_ranks, clock_offsets, loader_offsets
-
+    ``attrs["op_engine"]`` (see the module doc). The batch-level events are folded into the engine's
+    ``batch_parts`` (:mod:`lotus.trace.batchparts`) rather than kept as rows, unless their batch ids are
+    too sparse for it: the run is then scanned again, keeping them as rows."""
     if run.original:
         raise InputError("original LotusTrace logs are read in memory (lotus.trace.load_events)", run.path)
+    try:
+        return _scan(run, fold=True)
+    except SparseBatchIds as exc:
+        _log.info("%s: %s: batch ids too sparse to fold; scanning again with every batch-level event kept",
+                  run.path, exc)
+        release_freed_memory()
+        return _scan(run, fold=False)
+
+
+def _scan(run: Run, fold: bool):
+    from lotus.trace.events import _Acc, _warn_missing_ranks, clock_offsets, loader_offsets
+
     acc = _Acc()
     good = []
     for p in run.native:
@@ -222,6 +178,8 @@ def scan_run(run: Run):
                 slot_codes.append(c)
 
     moments = _Moments()
+    parts = BatchParts(str(run.path)) if fold else None
+    lookups = parts.codes(small.size) if fold else None
     by_epoch: dict[int, np.ndarray] = {}
     first: dict[int, int] = {}
     row = 0
@@ -236,19 +194,9 @@ def scan_run(run: Run):
             for c in present.tolist():
                 if c not in first:
                     first[c] = row + int(np.argmax(code == c))
-            idx = np.flatnonzero(small[code])  # kept rows: few; gather each field once
-            if len(idx):
-                kc = code[idx]
-                karg = arr["arg"][idx]
-                legacy = (kc == S.EV_FETCH) & (karg > 0) & ((karg & S.FETCH_STOP) != 0)
-                if legacy.any():  # lotus <= 0.1: exhaustion was a flagged fetch (as load_events reads it)
-                    kc[legacy] = S.EV_EXHAUSTED
-                    karg = np.where(legacy, karg & ~S.FETCH_STOP, karg)
-                    n_legacy += int(legacy.sum())
-                lo = arr["loader"][idx].astype(np.int32) + fs.loader_offset
-                acc.add(len(idx), code=kc, start_ns=arr["start_ns"][idx] + fs.shift, dur_ns=arr["dur_ns"][idx],
-                        batch_id=arr["batch_id"][idx], sample=arr["sample"][idx], arg=karg, loader=lo,
-                        epoch=arr["epoch"][idx], **{c: fs.consts[c] for c in ("pid", "role", "worker_id", "rank")})
+            idx = np.flatnonzero(small[code])  # kept rows: few, but all of a main file's
+            for i in range(0, len(idx), KEEP_ROWS):  # in slices: their temporaries stay small
+                n_legacy += _keep(acc, parts, arr, code, idx[i: i + KEEP_ROWS], fs, lookups)
             slot = slot_of[code]
             ops = np.flatnonzero(slot >= 0)
             if len(ops):
@@ -275,11 +223,45 @@ def scan_run(run: Run):
     _warn_missing_ranks(acc.files, run.path)
     mark_continued(acc.files, stitch(good))
     refresh()
+    names = list(acc.names)
+    release_freed_memory()  # the chunks' temporaries (glibc keeps them otherwise), before pandas is imported
     df = _frame(acc, run)
-    df.attrs["op_engine"] = OpEngine(good, offsets, per_process, list(acc.names), slot_codes, moments, first)
-    df.attrs["op_engine"].by_epoch = by_epoch
+    engine = df.attrs["op_engine"] = OpEngine(good, offsets, per_process, names, slot_codes, moments, first)
+    engine.by_epoch = by_epoch
     df.attrs["engine"] = "scan"
+    if fold:
+        engine.folded_extent, engine.fetch_counts = parts.extent, parts.fetches
+        engine.batch_table = parts.finish(df.attrs)
+        release_freed_memory()  # the dense per-group arrays
     return df
+
+
+def _keep(acc, parts, arr, code, idx, fs, lookups) -> int:
+    """Add the rows ``idx`` of a chunk (events that are not per-sample detail) to ``acc``, folding the
+    batch-level ones into ``parts`` (most of those then keep no row); returns the legacy fetches read
+    as ``exhausted``."""
+    kc = code[idx]
+    karg = arr["arg"][idx]
+    legacy = (kc == S.EV_FETCH) & (karg > 0) & ((karg & S.FETCH_STOP) != 0)
+    if legacy.any():  # lotus <= 0.1: exhaustion was a flagged fetch (as load_events reads it)
+        kc[legacy] = S.EV_EXHAUSTED
+        karg = np.where(legacy, karg & ~S.FETCH_STOP, karg)
+    lo = arr["loader"][idx].astype(np.int32) + fs.loader_offset
+    start, dur, bid, ep = arr["start_ns"][idx] + fs.shift, arr["dur_ns"][idx], arr["batch_id"][idx], arr["epoch"][idx]
+    folded = lookups[0][kc] & (bid >= 0) if parts is not None else None
+    if parts is not None and folded.any():
+        f = np.flatnonzero(folded)
+        parts.add(fs.consts["rank"], kc[f], bid[f], lo[f], ep[f], {"worker_id": fs.consts["worker_id"],
+                  "pid": fs.consts["pid"], "start_ns": start[f], "dur_ns": dur[f], "arg": karg[f]})
+        failed = (kc == S.EV_FETCH) & (karg > 0) & ((karg & S.FETCH_ERROR) != 0)  # rows of fetch_outcomes
+        gone = folded & lookups[1][kc] & ~failed
+        if gone.any():
+            parts.dropped(ep[gone], start[gone], dur[gone])
+            k = np.flatnonzero(~gone)
+            idx, kc, karg, lo, start, dur, bid, ep = (x[k] for x in (idx, kc, karg, lo, start, dur, bid, ep))
+    acc.add(len(idx), code=kc, start_ns=start, dur_ns=dur, batch_id=bid, sample=arr["sample"][idx], arg=karg,
+            loader=lo, epoch=ep, **{c: fs.consts[c] for c in ("pid", "role", "worker_id", "rank")})
+    return int(legacy.sum())
 
 
 def _file_entry(p: Path, fs: _FileScan, n_events: int) -> dict:

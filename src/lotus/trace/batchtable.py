@@ -1,0 +1,185 @@
+"""The batches of a scanned run as compact columns (:class:`BatchTable`), made by
+:meth:`lotus.trace.batchparts.BatchParts.finish`.
+
+The batches DataFrame (:mod:`lotus.trace.batches`) holds 27 columns, most of them nullable Int64 (9
+bytes a value), several derivable from the others. A :class:`BatchTable` keeps only what the
+batch-level events gave, as plain numpy arrays with the dtype's minimum as "missing": timestamps
+int64, durations, flags and ids int32 where they fit; columns no event filled are absent; the key's
+rank, loader and epoch are stored once per (rank, loader, epoch) group; derived columns (end of
+preprocessing, delay, failed, buffered...) are computed when asked for (:meth:`BatchTable.values`).
+About 90 bytes per batch on a typical trace instead of ~250.
+
+The summaries that ``lotus analyze stats|wait|verdict`` print are computed from these arrays
+(:mod:`lotus.analysis.compact`); :meth:`BatchTable.frame` builds the full DataFrame, identical to the
+in-memory path's, for everything else (:class:`lotus.analysis.runs.Config` does it on first use).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lotus.trace import schema as S
+
+_I32_MIN, _I64_MIN = int(np.iinfo(np.int32).min), int(np.iinfo(np.int64).min)
+_KEY = ("rank", "loader", "epoch", "batch_id")
+_BATCH_ROW_COLUMNS = ("_fetch_flags", "consumed_ns", "_arrive_flags", "_exhausted_worker", "dispatch_worker",
+                      "dispatch_ns")
+
+
+def _raw(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values, valid) of a stored column."""
+    miss = _I64_MIN if a.dtype == np.int64 else _I32_MIN
+    valid = a != miss
+    return a.astype(np.int64, copy=False), valid
+
+
+class BatchTable:
+    """One row per batch key, sorted by (rank, loader, epoch, batch_id), as compact columns (module doc)."""
+
+    def __init__(self, keys: np.ndarray, counts: np.ndarray, batch_id: np.ndarray, raw: dict, attrs: dict):
+        self.keys = keys  # (groups, 3) int64: rank, loader, epoch of each group, in order
+        self.counts = counts  # rows of each group
+        self.batch_id = batch_id
+        self.raw = raw  # joined column name (lotus.trace.batchparts.COLUMNS) -> array
+        self.attrs = dict(attrs)
+        self.any_keys = len(keys) > 0  # any batch-level event at all (else the empty frame of no events)
+
+    def __len__(self) -> int:
+        return len(self.batch_id)
+
+    @property
+    def nbytes(self) -> int:
+        return self.batch_id.nbytes + sum(a.nbytes for a in self.raw.values()) + self.keys.nbytes
+
+    def group_ids(self) -> np.ndarray:
+        """The group (index into :attr:`keys`) of every row."""
+        return np.repeat(np.arange(len(self.keys), dtype=np.int32), self.counts)
+
+    def only_batches(self) -> BatchTable:
+        """Keep the keys that are batches (:func:`lotus.trace.batches.batch_rows`: the same rule, warnings
+        and counts in ``attrs``); empty groups are dropped. Returns self."""
+        import pandas as pd
+
+        from lotus.trace.batches import batch_rows
+
+        # the rule is row by row: only keys neither fetched nor consumed, or exhausted, can be anything but a
+        # batch or count in attrs; batch_rows sees those (usually none) and the others are batches
+        f, ok = self.values("_arrive_flags")
+        look = ~(self.values("_fetch_flags")[1] | self.values("consumed_ns")[1])
+        look |= self.values("_exhausted_worker")[1] | (ok & ((np.maximum(f, 0) & S.ARRIVE_EXHAUSTED) != 0))
+        look = np.flatnonzero(look)
+        del f, ok
+        cols = {"rank": self.values("rank")[0][look]}
+        for c in _BATCH_ROW_COLUMNS:
+            if c in self.raw:
+                v, ok = _raw(self.raw[c][look])
+                cols[c] = pd.arrays.IntegerArray(v, ~ok)
+        sub, counted = batch_rows(pd.DataFrame(cols, copy=False), self.attrs.get("path", "trace"))
+        del cols
+        row = np.ones(len(self), bool)
+        row[look] = sub
+        self.attrs.update(counted)
+        if not row.all():
+            self.counts = np.bincount(self.group_ids()[row], minlength=len(self.keys)).astype(np.int64)
+            self.batch_id = self.batch_id[row]
+            for c in list(self.raw):
+                self.raw[c] = self.raw[c][row]
+        keep = self.counts > 0
+        self.keys, self.counts = self.keys[keep], self.counts[keep]
+        return self
+
+    def has(self, name: str) -> bool:
+        return name in self.raw
+
+    def values(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 values, valid mask) of a column of the batches DataFrame (module doc of
+        :mod:`lotus.trace.batches`; ``failed`` and ``buffered`` as 0/1) or of the joined parts (``_wait_flags``);
+        values where not valid are unspecified."""
+        n = len(self)
+        if name in _KEY[:3]:
+            return np.repeat(self.keys[:, _KEY.index(name)], self.counts), np.ones(n, bool)
+        if name == "batch_id":
+            return self.batch_id.astype(np.int64), np.ones(n, bool)
+        if name == "worker_id":  # batches seen only from the main side: the worker it was dispatched to
+            v, ok = self._stored("worker_id")
+            d, d_ok = self._stored("dispatch_worker")
+            return np.where(ok, v, d), ok | d_ok
+        if name in ("gpu_wait_ns", "gpu_step_ns"):  # a timing its valid flag says is not: missing
+            v, ok = self._stored(name)
+            flag, f_ok = self._stored("_gpu_wait_valid" if name == "gpu_wait_ns" else "_gpu_step_valid")
+            return v, ok & (~f_ok | (flag != 0))
+        if name == "prep_end_ns":
+            va, oka = self._stored("prep_start_ns")
+            vb, okb = self._stored("prep_dur_ns")
+            return va + vb, oka & okb
+        if name in ("delay_ns", "queue_ns"):
+            end, e_ok = self.values("prep_end_ns")
+            v, ok = self._stored("consumed_ns" if name == "delay_ns" else "arrive_ns")
+            return v - end, ok & e_ok
+        if name == "failed":  # -1: no flags (original logs)
+            f, ok = self._stored("_fetch_flags")
+            return (ok & ((np.maximum(f, 0) & 1) != 0)).astype(np.int64), np.ones(n, bool)
+        if name == "buffered":
+            f, ok = self._stored("_wait_flags")
+            return f & 1, ok & (f >= 0)
+        return self._stored(name)
+
+    def _stored(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        if name in self.raw:
+            return _raw(self.raw[name])
+        return self._absent()
+
+    def _absent(self):
+        return np.zeros(len(self), np.int64), np.zeros(len(self), bool)
+
+    def failed(self) -> np.ndarray:
+        return self.values("failed")[0].astype(bool)
+
+    def outcome_summary(self) -> dict:
+        """:func:`lotus.trace.batches.outcome_summary` of the table."""
+        from lotus.trace.batches import outcomes_of
+
+        f = self.failed()
+        w, ok = self.values("worker_id")
+        return outcomes_of(len(self), self.values("rank")[0][f].tolist(), np.where(ok, w, -1)[f].tolist(), self.attrs)
+
+    def key_frame(self, rows: np.ndarray):
+        """The key columns of ``rows`` (int64), a DataFrame (excluding batches from op statistics)."""
+        import pandas as pd
+
+        return pd.DataFrame({c: self.values(c)[0][rows] for c in _KEY})
+
+    def frame(self):
+        """The batches DataFrame of these rows: :func:`lotus.trace.batches.batches_from_joined` on the
+        columns, plus ``n_samples`` of batches without a collate from their per-sample events (another
+        scan of the files, only when there are such batches)."""
+        import pandas as pd
+
+        from lotus.trace.batches import batches_from_joined, empty_batches
+
+        if not self.any_keys:
+            return empty_batches(self.attrs)
+        cols = {c: self.values(c)[0] for c in _KEY}
+        for c, a in self.raw.items():
+            v, ok = _raw(a)
+            cols[c] = pd.arrays.IntegerArray(v, ~ok)
+        joined = pd.DataFrame(cols, copy=False)
+        del cols
+        out = batches_from_joined(joined, self.attrs, only_batches=False)
+        engine = self.attrs.get("op_engine")
+        if engine is not None:
+            from lotus.trace.rescan import fill_sample_counts
+
+            fill_sample_counts(engine, out)
+        return out
+
+
+def detail_counts_share(fetches) -> float:
+    """:func:`lotus.trace.batches.detail_share` from counts (ok, ok and detail, detail) of fetches."""
+    ok, ok_flagged, flagged = (int(x) for x in fetches)
+    if not ok or not flagged:
+        return 1.0
+    return float(ok_flagged) / float(ok)
+
+
+__all__ = ["BatchTable", "detail_counts_share"]
