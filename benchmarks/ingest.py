@@ -97,15 +97,15 @@ def cli_once(cmd: str, run: Path, engine: str) -> tuple[float, int]:
     return dt, usage.ru_maxrss * 1024
 
 
-def cli_bench(sizes: list[int], root: Path, repeat: int, engine: str) -> dict:
+def cli_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: int = 1) -> dict:
     from lotus.trace.synthetic import spec_for_events, write_native
 
     rows = []
     print(f"{'events':>12} {'GiB':>6} {'command':8} {'median s':>9} {'peak MiB':>9}  engine={engine}")
     for n in sizes:
-        run = root / f"lotus_{n}"
-        if not run.exists():
-            write_native(run, spec_for_events(n, "lotus", n_workers=4, batch_size=32))
+        run = root / (f"lotus_{n}" if epochs == 1 else f"lotus_{n}_e{epochs}")
+        if not run.exists():  # generated one epoch at a time (memory: one epoch's arrays)
+            write_native(run, spec_for_events(n, "lotus", n_workers=4, batch_size=32, epochs=epochs))
         for p in run.iterdir():  # warm the page cache
             with open(p, "rb") as f:
                 while f.read(1 << 24):
@@ -137,6 +137,8 @@ def main() -> None:
     ap.add_argument("--cli", action="store_true", help="time `lotus analyze stats/verdict` end to end (see above)")
     ap.add_argument("--engine", default="auto", choices=["auto", "memory", "scan"], help="with --cli")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=1,
+                    help="with --cli: epochs of the synthetic run (1B events fit in memory as 10 epochs)")
     ap.add_argument("--dir", type=Path, default=None, help="where to generate traces (kept); default a temp dir")
     args = ap.parse_args()
     ctx = tempfile.TemporaryDirectory() if args.dir is None else None
@@ -144,7 +146,8 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     if args.cli:
         try:
-            print(json.dumps(cli_bench([int(x) for x in args.events.split(",")], root, args.repeat, args.engine)))
+            print(json.dumps(cli_bench([int(x) for x in args.events.split(",")], root, args.repeat, args.engine,
+                                         args.epochs)))
         finally:
             if ctx:
                 ctx.cleanup()

@@ -9,6 +9,7 @@ trace formats are in :mod:`lotus.trace.synthetic`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -129,7 +130,12 @@ def _layout(load, ops, collate, put):
 
 
 def simulate(spec: PipelineSpec) -> list[SimEpoch]:
-    """Run the DataLoader model (:mod:`lotus.model.sim`); one :class:`SimEpoch` per (rank, epoch).
+    """Run the DataLoader model (:mod:`lotus.model.sim`); one :class:`SimEpoch` per (rank, epoch)."""
+    return list(iter_simulate(spec))
+
+
+def iter_simulate(spec: PipelineSpec) -> Iterator[SimEpoch]:
+    """:func:`simulate` one (rank, epoch) at a time, in that order (memory: one epoch's arrays).
 
     With ``spec.cpus`` set, worker durations are stretched by the CPU model of :mod:`lotus.model.sim`
     (``main_cpu_cores``, ``contention``, ``cpu_fraction``) at its fixed point; ``cpus=None`` leaves them as drawn.
@@ -137,7 +143,6 @@ def simulate(spec: PipelineSpec) -> list[SimEpoch]:
     from lotus.model.sim import CpuModel, run_loader, run_with_cpus
 
     rng = np.random.default_rng(spec.seed)
-    out = []
     pid = spec.first_pid
     nb, nw = spec.n_batches, max(spec.n_workers, 1)
     for rank in range(spec.ranks):
@@ -166,7 +171,7 @@ def simulate(spec: PipelineSpec) -> list[SimEpoch]:
             epoch_end = sim.loop_end_ns + 20_000
             worker_end = np.maximum(sim.worker_free_ns, epoch_end - 1_000_000)
             prep_start = sim.prep_start_ns
-            out.append(SimEpoch(
+            yield SimEpoch(
                 rank=rank, epoch=epoch, worker_of=sim.worker_of, worker_pids=worker_pids, main_pid=main_pid,
                 epoch_start_ns=int(epoch_start), epoch_end_ns=int(epoch_end), dispatch_ns=sim.dispatch_ns,
                 dispatch_dur_ns=disp_dur, prep_start_ns=prep_start, prep_dur_ns=prep_dur,
@@ -175,9 +180,8 @@ def simulate(spec: PipelineSpec) -> list[SimEpoch]:
                 wait_dur_ns=sim.wait_dur_ns, buffered=sim.buffered, consumed_ns=sim.consumed_ns, step_dur_ns=step,
                 sample_start_ns=prep_start[:, None] + _GAP_NS + offsets, load_dur_ns=load, op_dur_ns=ops,
                 worker_start_ns=worker_start, worker_end_ns=worker_end,
-            ))
+            )
             t = epoch_end + 200_000_000
-    return out
 
 
 # -- lotus's own format -----------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from lotus.trace.simulated import (
     DEFAULT_OPS_MS,
     PipelineSpec,
     SimEpoch,
+    iter_simulate,
     simulate,
     spec_for_events,
 )
@@ -158,7 +159,6 @@ def write_native(directory: str | os.PathLike, spec: PipelineSpec | None = None)
     spec = spec or PipelineSpec()
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    epochs = simulate(spec)
     paths = []
     description = {"name": "synthetic", "dataset": "Synthetic", "dataset_len": spec.n_batches * spec.batch_size,
                    "batch_size": spec.batch_size, "num_workers": spec.n_workers,
@@ -167,23 +167,24 @@ def write_native(directory: str | os.PathLike, spec: PipelineSpec | None = None)
     if spec.cpus is not None:
         description["cpus_available"] = spec.cpus
     op_defs = b"".join(_define(S.NS_EVENT_NAME, S.FIRST_DYNAMIC_ID + k, name) for k, name in enumerate(spec.ops_ms))
-    for rank in range(spec.ranks):
-        eps = [ep for ep in epochs if ep.rank == rank]
-        main_pid = eps[0].main_pid
-        anchor = eps[0].epoch_start_ns - 5_000_000
-        mains = [_main_records(ep) for ep in eps]
+    main_paths: list[Path] = []
+    mains: dict[int, list] = {}  # rank -> (main pid, anchor, main records per epoch, last epoch's end)
+    for ep in iter_simulate(spec):  # one epoch in memory at a time: its workers' files are written at once
+        m = mains.setdefault(ep.rank, [ep.main_pid, ep.epoch_start_ns - 5_000_000, [], 0])
+        m[2].append(_main_records(ep))
+        m[3] = ep.epoch_end_ns
+        for w, wpid in enumerate(ep.worker_pids):
+            rec = _worker_records(spec, ep, w)
+            p = d / f"lotus-r{ep.rank}-w{w}-p{wpid}{S.FILE_SUFFIX}"
+            _write(p, [_header("worker", wpid, ep.rank, spec.ranks, w, int(ep.worker_start_ns[w]) - 1_000),
+                       op_defs, rec, _end(int(ep.worker_end_ns[w]) + 1_000)])
+            paths.append(p)
+    for rank, (main_pid, anchor, recs, end_ns) in sorted(mains.items()):
         p = d / f"lotus-r{rank}-main-p{main_pid}{S.FILE_SUFFIX}"
         _write(p, [_header("main", main_pid, rank, spec.ranks, -1, anchor),
-                   _define(S.NS_LOADER, 0, json.dumps(description)), *mains, _end(eps[-1].epoch_end_ns + 1_000)])
-        paths.append(p)
-        for ep in eps:
-            for w, wpid in enumerate(ep.worker_pids):
-                rec = _worker_records(spec, ep, w)
-                p = d / f"lotus-r{rank}-w{w}-p{wpid}{S.FILE_SUFFIX}"
-                _write(p, [_header("worker", wpid, rank, spec.ranks, w, int(ep.worker_start_ns[w]) - 1_000),
-                           op_defs, rec, _end(int(ep.worker_end_ns[w]) + 1_000)])
-                paths.append(p)
-    return paths
+                   _define(S.NS_LOADER, 0, json.dumps(description)), *recs, _end(end_ns + 1_000)])
+        main_paths.append(p)
+    return main_paths + paths
 
 
 # -- original LotusTrace logs ----------------------------------------------------------------------------
