@@ -82,30 +82,49 @@ def measure(run: Path, repeat: int) -> dict:
 
 
 def cli_once(cmd: str, run: Path, engine: str) -> tuple[float, int]:
-    """(seconds, peak RSS bytes) of ``lotus analyze CMD -d RUN`` in a fresh process."""
+    """(seconds, peak RSS bytes) of ``lotus analyze CMD -d RUN`` in a fresh process.
+
+    The peak is the child's own ``VmHWM`` at exit, written to a file: ``ru_maxrss`` from ``wait4`` also
+    counts the parent's resident pages that a forked child holds until it execs (a parent that has just
+    generated a large trace would inflate it)."""
     import time
 
-    env = {**os.environ, "LOTUS_ENGINE": engine}
-    pre = "import os; os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2]); from lotus.cli import main; main()"
-    t = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-c", pre, "analyze", cmd, "-d", str(run)], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(p.pid, 0)
-    dt = time.perf_counter() - t
-    if status != 0:
-        raise SystemExit(f"lotus analyze {cmd} failed on {run}: {p.stderr.read().decode()[-500:]}")
-    return dt, usage.ru_maxrss * 1024
+    with tempfile.NamedTemporaryFile("r", suffix=".hwm") as hwm:
+        env = {**os.environ, "LOTUS_ENGINE": engine, "LOTUS_BENCH_HWM": hwm.name}
+        pre = ("import os, atexit\n"
+               "os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])\n"
+               "def _hwm():\n"
+               "    kb = [int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM')][0]\n"
+               "    open(os.environ['LOTUS_BENCH_HWM'], 'w').write(str(kb * 1024))\n"
+               "atexit.register(_hwm)\n"
+               "from lotus.cli import main\n"
+               "main()\n")
+        t = time.perf_counter()
+        p = subprocess.Popen([sys.executable, "-c", pre, "analyze", cmd, "-d", str(run)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(p.pid, 0)
+        dt = time.perf_counter() - t
+        if status != 0:
+            raise SystemExit(f"lotus analyze {cmd} failed on {run}: {p.stderr.read().decode()[-500:]}")
+        text = Path(hwm.name).read_text().strip()
+    return dt, int(text) if text else usage.ru_maxrss * 1024
+
+
+def _generate(run: Path, n: int, epochs: int) -> None:
+    """The synthetic run, written by a child process (so that this process stays small)."""
+    code = ("import sys\nfrom lotus.trace.synthetic import spec_for_events, write_native\n"
+            "write_native(sys.argv[1], spec_for_events(int(sys.argv[2]), 'lotus', n_workers=4, batch_size=32, "
+            "epochs=int(sys.argv[3])))\n")
+    subprocess.run([sys.executable, "-c", code, str(run), str(n), str(epochs)], check=True)
 
 
 def cli_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: int = 1) -> dict:
-    from lotus.trace.synthetic import spec_for_events, write_native
-
     rows = []
     print(f"{'events':>12} {'GiB':>6} {'command':8} {'median s':>9} {'peak MiB':>9}  engine={engine}")
     for n in sizes:
         run = root / (f"lotus_{n}" if epochs == 1 else f"lotus_{n}_e{epochs}")
         if not run.exists():  # generated one epoch at a time (memory: one epoch's arrays)
-            write_native(run, spec_for_events(n, "lotus", n_workers=4, batch_size=32, epochs=epochs))
+            _generate(run, n, epochs)
         for p in run.iterdir():  # warm the page cache
             with open(p, "rb") as f:
                 while f.read(1 << 24):
