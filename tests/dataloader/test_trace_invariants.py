@@ -62,6 +62,17 @@ def test_batch_invariants(case, tmp_path):
         assert set(consumed["worker_id"]) == {0, 1}
     else:
         assert set(consumed["worker_id"]) == {-1}
+        # dispatch, collation and fetch come in one append: the dispatch ends where the fetch starts, and
+        # the fetch ends where its collation ends (no pinning here)
+        disp = events[events["name"] == "dispatch"].set_index(["epoch", "batch_id"])
+        col = events[events["name"] == "collate"].set_index(["epoch", "batch_id"])
+        fetch = events[events["name"] == "fetch"].set_index(["epoch", "batch_id"]).reindex(col.index)
+        assert len(col) == 2 * n_batches and (col["arg"] == 4).all()
+        disp = disp.reindex(col.index)
+        assert (disp["start_ns"] + disp["dur_ns"] == fetch["start_ns"]).all()
+        assert (col["start_ns"] >= fetch["start_ns"]).all()
+        assert (col["start_ns"] + col["dur_ns"] == fetch["start_ns"] + fetch["dur_ns"]).all()
+    assert (consumed["collate_dur_ns"] > 0).all()  # every batch's collation, in workers too
     assert (consumed["n_samples"] == 4).all()
     # per-op and per-sample sums stay within the batch's preprocessing time
     per_batch = events[events["batch_id"] >= 0]
@@ -245,3 +256,21 @@ def test_lotus_step_marks_explicit_steps(tmp_path):
     assert sorted(steps["batch_id"]) == [0, 1, 2]
     consumed = events[events["name"] == "consumed"].set_index("batch_id")["start_ns"]
     assert (steps.set_index("batch_id")["start_ns"] >= consumed.reindex(steps["batch_id"]).to_numpy()).all()
+
+
+def test_the_active_loader_is_forgotten_when_collected():
+    """lotus.step() finds the loader that last handed out a batch by a weak reference; the per-batch check
+    compares ids, so a collected loader's id must not stay 'active' (a new one may reuse the id)."""
+    import gc
+
+    from lotus.dataloader import gpu
+
+    class Trace:  # stands in for a LoaderTrace
+        pass
+
+    lt = Trace()
+    gpu.set_active(lt)
+    assert gpu._active_id == id(lt) and gpu._active() is lt
+    del lt
+    gc.collect()
+    assert gpu._active_id == 0 and gpu._active is None

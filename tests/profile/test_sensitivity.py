@@ -27,7 +27,7 @@ from lotus.profile.matrix import demand as _demand
 from lotus.profile.sensitivity import sensitivity
 
 JOB = str(Path(__file__).resolve().parent / "jobs" / "folder_train.py")
-FIXED = str(Path(__file__).resolve().parent / "jobs" / "fixed_cost.py")
+FIXED = str(Path(__file__).resolve().parents[2] / "benchmarks" / "jobs" / "fixed_cost.py")  # the job of known cost
 
 
 def test_cpu_grid_and_demand():
@@ -213,7 +213,8 @@ def test_a_failed_probe_is_shown_with_its_stderr_and_the_search_goes_on(tmp_path
     out = tmp_path / "s"
     r = subprocess.run([sys.executable, "-m", "lotus", "sensitivity", "--steps", "40", "--max-seconds", "3",
                         "--cpus-grid", "1,2", "--max-probes", "4", "--out", str(out), "--", sys.executable, FIXED,
-                        "--fail-workers", "0"], env=env, capture_output=True, text=True, timeout=580, check=False)
+                        "--batch-size", "4", "--step-ms", "2", "--fail-workers", "0"],
+                       env=env, capture_output=True, text=True, timeout=580, check=False)
     assert r.returncode == 0, r.stderr
     assert "c1-as-is failed (exit code 7); its stderr ends with:" in r.stdout
     assert "    | job: simulated OOM with num_workers=0" in r.stdout

@@ -105,10 +105,10 @@ def test_cli_json_and_bad_input(tmp_path, image_folder):
 
 @pytest.mark.timeout(600)
 def test_a_failed_probe_shows_its_stderr_and_the_split_goes_on(tmp_path):
-    fixed = str(Path(__file__).resolve().parent / "jobs" / "fixed_cost.py")
+    fixed = str(Path(__file__).resolve().parents[2] / "benchmarks" / "jobs" / "fixed_cost.py")
     out = tmp_path / "s"
     r = _lotus("stalls", "--steps", 40, "--max-seconds", 3, "--out", out, "--", sys.executable, fixed,
-               "--fail-env", "LOTUS_REPLAY")
+               "--batch-size", 4, "--step-ms", 2, "--fail-env", "LOTUS_REPLAY")
     assert r.returncode == 1, r.stderr  # a probe failed: exit 1, but the other probes and the split are there
     assert "warm page cache:" in r.stdout and "ended by" in r.stdout
     assert "ingestion failed (exit code 9); its stderr ends with:" in r.stdout

@@ -110,8 +110,7 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
             if rec.itt is not None:
                 rec.itt.end()
             flags = _DETAIL if detail else 0
-            if c0:  # dispatch, collation, fetch: one append
-                rec.c0 = 0
+            if c0:  # dispatch, collation, fetch: one append (rec.c0 is reset when the next batch opens)
                 rec.w.buf += _PACK3(_DISPATCH, lo, ep, d0, t0 - d0, batch, _NO_ID, -1,
                                     _COLLATE, lo, ep, c0, rec.c1 - c0, batch, _NO_ID, rec.cn,
                                     _FETCH, lo, ep, t0, end - t0, batch, _NO_ID, flags)
@@ -136,7 +135,6 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
             d0, c0 = self._lotus_d0, rec.c0
             rec.rec(S.EV_DISPATCH, d0, t0 - d0, rec.batch, S.NO_ID, -1)
             if c0:
-                rec.c0 = 0
                 rec.rec(S.EV_COLLATE, c0, rec.c1 - c0, rec.batch, S.NO_ID, rec.cn)
             if isinstance(exc, StopIteration):
                 rec.rec(S.EV_EXHAUSTED, t0, mono() - t0, rec.batch, S.NO_ID, 0)

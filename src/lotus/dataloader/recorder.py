@@ -133,8 +133,7 @@ class Recorder:
             flags |= S.FETCH_DETAIL
         w = self.w
         c0 = self.c0
-        if c0:  # collate, then fetch: one append
-            self.c0 = 0
+        if c0:  # collate, then fetch: one append (c0 is reset when the next batch begins)
             w.buf += S.PACK2(S.EV_COLLATE, self.loader, self.epoch, c0, self.c1 - c0, self.batch, S.NO_ID, self.cn,
                              kind, self.loader, self.epoch, start_ns, t - start_ns, self.batch, S.NO_ID, flags)
         else:
