@@ -181,3 +181,27 @@ def test_workers_run_the_users_class_in_batches_without_detail(tmp_path):
     assert detail.any() and not detail.all()
     assert [s for s, d in zip(seen, detail, strict=True) if not d] == [1.0] * int((~detail).sum())
     assert all(s == 0.0 for s, d in zip(seen, detail, strict=True) if d)  # the timed subclass
+
+
+def test_step_is_done_then_choose():
+    """The main process's one call per batch makes the same choices as the workers' two."""
+    import random
+
+    from lotus.dataloader.budget import DetailBudget
+
+    rng = random.Random(3)
+    a, b = DetailBudget(0.01), DetailBudget(0.01)
+    nrec = nsamp = 0
+    prep = None
+    for i in range(2000):
+        epoch = i // 300
+        if prep is not None:
+            a.done(prep, nrec, nsamp)
+            b.prep_ns = prep
+        da = a.choose(epoch, nrec, nsamp)
+        assert b.step(epoch, nrec, nsamp) == da
+        if da:
+            nsamp += 8
+            nrec += 8 * rng.randint(1, 4)
+        prep = rng.randint(50_000, 400_000)
+    assert a.credit_ns == b.credit_ns

@@ -140,3 +140,22 @@ def test_file_of_another_host_is_shifted_through_its_anchors(tmp_path, now_mono)
     assert not info.local and not t.state.has_local_files
     assert t.state.rows["start"][0] == pytest.approx(now_mono + SEC, abs=0.2 * SEC)
     assert t.state.now_ns(live=True) == t.state.latest_ns  # other host: now = the latest event seen
+
+
+def test_a_packed_batch_is_read_with_its_loop_record(tmp_path, now_mono):
+    """Format 3 (num_workers=0): a batch record and its loop record are read together, expanded."""
+    w = TraceWriter(tmp_path, "main")
+    w.define_loader(0, {"name": "train", "batch_size": 4})
+    w.flush()
+    t = Tailer(tmp_path)
+    t.poll()
+    d0 = now_mono
+    pair = S.PACK2(S.EV_MAIN_BATCH, 0, 1, d0, 3 * MS, 0, MS, 2 * MS,
+                   S.EV_MAIN_LOOP, 0, 1, d0 - MS, 4 * MS, S.NO_ID, 0, 5 << S.MAIN_ITEMS_SHIFT)
+    with open(w.path, "ab") as f:  # the batch record alone so far
+        f.write(pair[:S.RECORD_SIZE])
+    assert t.poll() == 0
+    with open(w.path, "ab") as f:
+        f.write(pair[S.RECORD_SIZE:])
+    assert t.poll() == 5  # dispatch, collate, fetch, wait, consumed
+    assert t.state.rows["batch"].tolist().count(0) >= 1

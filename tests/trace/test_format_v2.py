@@ -43,7 +43,7 @@ def _as_version_1(src, dst) -> None:
     header["version"] = 1
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
-    recs = np.frombuffer(raw[offset:], dtype=RECORD_DTYPE)
+    recs = _unpacked(np.frombuffer(raw[offset:], dtype=RECORD_DTYPE))
     out, op_end = [], {}
     for r in recs:
         r = r.copy()
@@ -72,6 +72,35 @@ def _as_version_1(src, dst) -> None:
     dst.write_bytes(S.PREAMBLE.pack(S.MAGIC, len(head), S.RECORD_SIZE) + head + body)
 
 
+def _unpacked(recs: np.ndarray) -> np.ndarray:
+    """Version >= 3 records with each packed num_workers=0 batch (a batch record and the loop record after
+    it) written out as the six records version 2 wrote: a plain loop over the documented fields."""
+    out = []
+    i = 0
+    while i < len(recs):
+        a = recs[i]
+        if int(a["name_id"]) != S.EV_MAIN_BATCH:
+            out.append(a)
+            i += 1
+            continue
+        b = recs[i + 1]
+        assert int(b["name_id"]) == S.EV_MAIN_LOOP
+        lo, ep, batch = int(a["loader"]), int(a["epoch"]), int(a["batch_id"])
+        d0, end, disp, coll = int(a["start_ns"]), int(a["start_ns"] + a["dur_ns"]), int(a["sample"]), int(a["arg"])
+        w0, wait, prev_b, prev_t, arg = (int(b[k]) for k in ("start_ns", "dur_ns", "batch_id", "sample", "arg"))
+        rows = [(S.EV_DISPATCH, lo, ep, d0, disp, batch, S.NO_ID, -1)]
+        if coll >= 0:
+            rows.append((S.EV_COLLATE, lo, ep, d0 + coll, end - d0 - coll, batch, S.NO_ID, (arg >> 32) - 1))
+        rows.append((S.EV_FETCH, lo, ep, d0 + disp, end - d0 - disp, batch, S.NO_ID, arg & 0xFFFFFFFF))
+        if prev_t:
+            rows.append((S.EV_STEP, lo, ep, prev_t, w0 - prev_t, prev_b, S.NO_ID, 0))
+        rows += [(S.EV_WAIT, lo, ep, w0, wait, batch, S.NO_ID, 0),
+                 (S.EV_CONSUMED, lo, ep, w0 + wait, 0, batch, S.NO_ID, 0)]
+        out += [np.array(r, dtype=RECORD_DTYPE) for r in rows]
+        i += 2
+    return np.array(out, dtype=RECORD_DTYPE)
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_version_2_full_trace_analyses_as_its_version_1_form(tmp_path, workers):
@@ -84,7 +113,10 @@ def test_version_2_full_trace_analyses_as_its_version_1_form(tmp_path, workers):
     del loader
     old.mkdir()
     files = sorted(new.glob("*.lotustrace"))
-    assert files and all(read_header(f)[0]["version"] == 2 for f in files)
+    assert files and all(read_header(f)[0]["version"] == S.FORMAT_VERSION for f in files)
+    if not workers:  # every batch in a packed pair (version >= 3)
+        recs = np.concatenate([np.fromfile(f, RECORD_DTYPE, offset=read_header(f)[1]) for f in files])
+        assert (recs["name_id"] == S.EV_MAIN_BATCH).sum() == (recs["name_id"] == S.EV_MAIN_LOOP).sum() == 2 * 8
     for f in files:
         _as_version_1(f, old / f.name)
     ev_new, ev_old = load_events(new), load_events(old)

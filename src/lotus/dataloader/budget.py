@@ -30,7 +30,7 @@ DEFAULT_BUDGET_PCT = 0.5
 class DetailBudget:
     """Per-batch detail choice within a CPU budget (``fraction`` of the work; None: every batch)."""
 
-    __slots__ = ("credit_ns", "detail", "epoch", "first_left", "fraction", "nrec0", "nsamp0")
+    __slots__ = ("credit_ns", "detail", "epoch", "first_left", "fraction", "nrec0", "nsamp0", "prep_ns")
 
     def __init__(self, fraction: float | None):
         self.fraction = fraction
@@ -40,6 +40,7 @@ class DetailBudget:
         self.detail = True
         self.nrec0 = 0
         self.nsamp0 = 0
+        self.prep_ns = 0  # the last batch's preparation, for step()
 
     def choose(self, epoch: int, nrec: int, nsamp: int) -> bool:
         """Whether the batch starting now records per-sample/per-op detail."""
@@ -56,6 +57,34 @@ class DetailBudget:
         else:
             self.detail = self.credit_ns >= 0.0
         return self.detail
+
+    def step(self, epoch: int, nrec: int, nsamp: int) -> bool:
+        """:meth:`done` for the previous batch (its preparation left in ``prep_ns`` by the caller; 0 when
+        none), then :meth:`choose` for the batch starting now: one call per batch on the main process's
+        hot path, with the same arithmetic."""
+        fraction = self.fraction
+        if fraction is None:
+            return True
+        prep = self.prep_ns
+        self.prep_ns = 0
+        credit = self.credit_ns + fraction * prep
+        if self.detail:
+            credit -= ((nsamp - self.nsamp0) * SAMPLE_COST_NS + (nrec - self.nrec0) * OP_COST_NS
+                       + RELATIVE_COST * prep)
+        self.credit_ns = credit
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.first_left = FIRST_DETAIL_BATCHES
+        if self.first_left > 0:
+            self.first_left -= 1
+            detail = True
+        else:
+            detail = credit >= 0.0
+        if detail:
+            self.nrec0 = nrec
+            self.nsamp0 = nsamp
+        self.detail = detail
+        return detail
 
     def done(self, prep_ns: int, nrec: int, nsamp: int) -> None:
         """The batch ended after ``prep_ns`` of work; ``nrec``/``nsamp``: op/sample records so far."""

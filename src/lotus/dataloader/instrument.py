@@ -207,6 +207,12 @@ class SampleProxy:
         return getattr(self._ds, name)
 
 
+def _pin_envelope(out):
+    from lotus.dataloader.envelope import PinEnvelope
+
+    return PinEnvelope(out)
+
+
 class TimedCollate:
     """collate_fn wrapper: times collation; wraps the batch for pin timing when pinning is on."""
 
@@ -219,31 +225,40 @@ class TimedCollate:
 
     def __call__(self, data):
         rec = self.rec
-        if not rec.on:
-            return self.fn(data)
-        itt = rec.itt
-        if itt is not None:
-            itt.begin(rec.h_collate)
+        if rec.itt is not None or not rec.on:
+            return self._call_itt(data) if rec.on else self.fn(data)
+        t0 = mono()
+        out = self.fn(data)
+        t1 = mono()
+        if rec.c0:  # a second collation in one batch (not torch's doing): the first is written now
+            self._second(rec)
+        # kept, and written with the batch's fetch (Recorder.end_batch; with num_workers=0 the packed
+        # batch records of lotus.dataloader.main_side)
+        rec.c0 = t0
+        rec.c1 = t1
+        rec.cn = len(data) if isinstance(data, list) else -1
+        return _pin_envelope(out) if self.envelope else out
+
+    def _call_itt(self, data):
+        rec = self.rec
+        rec.itt.begin(rec.h_collate)
         t0 = mono()
         try:
             out = self.fn(data)
         finally:
-            if itt is not None:
-                itt.end()
+            rec.itt.end()
         t1 = mono()
+        if rec.c0:
+            self._second(rec)
+        rec.c0, rec.c1, rec.cn = t0, t1, len(data) if isinstance(data, list) else -1
+        return _pin_envelope(out) if self.envelope else out
+
+    @staticmethod
+    def _second(rec: Recorder) -> None:
         try:
-            if rec.c0:  # a second collation in one batch (not torch's doing): the first is written now
-                rec.rec(S.EV_COLLATE, rec.c0, rec.c1 - rec.c0, rec.batch, S.NO_ID, rec.cn)
-            # kept, and written in one append with the batch's fetch (Recorder.end_batch, or the
-            # main-process iterator with num_workers=0)
-            rec.c0, rec.c1, rec.cn = t0, t1, len(data) if isinstance(data, list) else -1
+            rec.rec(S.EV_COLLATE, rec.c0, rec.c1 - rec.c0, rec.batch, S.NO_ID, rec.cn)
         except Exception as exc:
             rec.fail("collate", exc)
-        if self.envelope:
-            from lotus.dataloader.envelope import PinEnvelope
-
-            return PinEnvelope(out)
-        return out
 
     def __getattr__(self, name):
         return _delegate(self, name, "fn")

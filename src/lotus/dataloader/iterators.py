@@ -31,9 +31,10 @@ _DISPATCH, _COLLATE, _FETCH, _NO_ID, _DETAIL = S.EV_DISPATCH, S.EV_COLLATE, S.EV
 class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
     """num_workers=0: the main process loads, transforms and collates; all of it is recorded.
 
-    Per batch: ``_next_index`` takes the dispatch's two clock reads, ``_next_data`` chooses the batch's
-    detail and writes its dispatch, collation and fetch in one append (the per-batch cost is Python
-    frames: kept to these two overrides, the collate wrapper and the budget's two calls)."""
+    Per batch: ``_next_data`` chooses the batch's detail and takes the dispatch's start, ``_next_index``
+    its end, the collate wrapper the collation's; ``__next__`` (lotus.dataloader.main_side) writes the
+    batch with its wait as one packed pair (schema.EV_MAIN_BATCH). A plain traced loop (no ITT,
+    pinning, probe end or replay) becomes a :class:`lotus.dataloader.fastpath.FastSingleProcessIter`."""
 
     def __init__(self, loader) -> None:
         super().__init__(loader)
@@ -41,7 +42,6 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         lt = self._lt
         self._lotus_swap = None
         self._lotus_rec = None  # set when tracing this iterator works
-        self._lotus_d0 = 0  # the batch's dispatch start (before the sampler)
         if not lt.on:
             return
         try:
@@ -58,72 +58,78 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
             self._lotus_swap = TransformSwap(self._dataset, rec)  # patches Compose while a detail batch runs
             self._lotus_epoch_start()
             self._lotus_rec = rec
+            self._lotus_active = rec.itt or True  # _next_index times the batch's opening (and ITT)
+            if rec.itt is None and lt.stop_after is None and self._lotus_replay is None and not self._pin_memory:
+                from lotus.dataloader.fastpath import FastSingleProcessIter
+
+                self.__class__ = FastSingleProcessIter  # a plain traced loop: the same records, less Python
         except Exception as exc:  # fall back to torch's own fetcher, untraced samples
             lt.fail("iterator", exc)
 
     def _next_index(self):
-        t0 = mono()
         index = super()._next_index()  # StopIteration ends the epoch before any batch is opened
-        if self._lotus_active:
-            self._lotus_d0 = t0
-            self._lotus_t0 = mono()  # the batch opens: dispatch ends, fetch starts
-            itt = self._lotus_rec.itt
-            if itt is not None:
-                itt.begin(self._lotus_rec.h_batch)
+        active = self._lotus_active
+        if active:  # the batch opens: dispatch ends, fetch starts
+            self._lotus_t0 = mono()
+            if active is not True:
+                active.begin(self._lotus_rec.h_batch)  # ITT
         return index
 
     def _next_data(self):
-        lt = self._lt
         rec = self._lotus_rec
-        if rec is None or not lt.on:
+        if rec is None or not self._lt.on:
             self._lotus_active = False
             plain = getattr(self, "_lotus_plain_fetcher", None)
             if plain is not None:
                 self._dataset_fetcher = plain
             return self._lotus_unwrap(super()._next_data())[0]
-        self._lotus_active = True
         self._lotus_t0 = None
-        rec.epoch = ep = lt.epoch
+        rec.epoch = self._lt.epoch
         rec.batch = batch = self._num_yielded
-        rec.c0 = 0
-        budget = rec.budget
-        rec.detail = detail = rec.on and budget.choose(ep, rec.nrec, rec.nsamp)
+        rec.c0 = d0 = 0
+        rec.detail = detail = rec.on and rec.budget.step(rec.epoch, rec.nrec, rec.nsamp)
         try:
             if detail:  # per-sample/per-op detail for this batch: timed items and transforms
                 self._dataset_fetcher = self._lotus_detail_fetcher
                 with self._lotus_swap:
+                    d0 = mono()
                     data = super()._next_data()
             else:  # the plain path: the dataset's own items, untimed transforms, only the batch's records
                 self._dataset_fetcher = self._lotus_plain_fetcher
+                d0 = mono()
                 data = super()._next_data()
         except BaseException as exc:
-            self._lotus_failed_batch(rec, exc)
+            self._lotus_failed_batch(rec, exc, d0)
             raise
         c0 = rec.c0
-        t1 = rec.c1 if c0 else mono()  # the batch is ready when its collation returns
-        p0 = p1 = 0
-        if type(data) is PinEnvelope:
-            data, p0, p1 = data.data, data.pin_start_ns, data.pin_end_ns
-        try:
-            t0, d0, lo = self._lotus_t0, self._lotus_d0, rec.loader
-            end = p0 or t1
-            if rec.itt is not None:
-                rec.itt.end()
-            flags = _DETAIL if detail else 0
-            if c0:  # dispatch, collation, fetch: one append (rec.c0 is reset when the next batch opens)
-                rec.w.buf += _PACK3(_DISPATCH, lo, ep, d0, t0 - d0, batch, _NO_ID, -1,
-                                    _COLLATE, lo, ep, c0, rec.c1 - c0, batch, _NO_ID, rec.cn,
-                                    _FETCH, lo, ep, t0, end - t0, batch, _NO_ID, flags)
-            else:
-                rec.w.buf += _PACK2(_DISPATCH, lo, ep, d0, t0 - d0, batch, _NO_ID, -1,
-                                    _FETCH, lo, ep, t0, end - t0, batch, _NO_ID, flags)
-            budget.done(end - t0, rec.nrec, rec.nsamp)
-            self._lotus_last = (batch, False, p0, p1)
-        except Exception as exc:
-            lt.fail("fetch", exc)
+        end = rec.c1 if c0 else mono()  # the batch is ready when its collation returns
+        t0 = self._lotus_t0
+        if self._lotus_active is not True:
+            rec.itt.end()
+        rec.budget.prep_ns = end - t0
+        if type(data) is PinEnvelope:  # pinned: the batch's records now, pin and wait in __next__
+            return self._lotus_pinned(rec, data, batch, d0, t0, c0, detail)
+        # the batch's records are written with its wait, by __next__ (lotus.dataloader.main_side)
+        self._lotus_last = (batch, d0, t0, c0, rec.cn, end, _DETAIL if detail else 0)
         return data
 
-    def _lotus_failed_batch(self, rec, exc: BaseException) -> None:
+    def _lotus_pinned(self, rec, env: PinEnvelope, batch: int, d0: int, t0: int, c0: int, detail: bool):
+        data, p0, p1 = env.data, env.pin_start_ns, env.pin_end_ns
+        try:
+            lo, ep, flags = rec.loader, rec.epoch, _DETAIL if detail else 0
+            if c0:
+                rec.w.buf += _PACK3(_DISPATCH, lo, ep, d0, t0 - d0, batch, _NO_ID, -1,
+                                    _COLLATE, lo, ep, c0, rec.c1 - c0, batch, _NO_ID, rec.cn,
+                                    _FETCH, lo, ep, t0, p0 - t0, batch, _NO_ID, flags)
+            else:
+                rec.w.buf += _PACK2(_DISPATCH, lo, ep, d0, t0 - d0, batch, _NO_ID, -1,
+                                    _FETCH, lo, ep, t0, p0 - t0, batch, _NO_ID, flags)
+            self._lotus_last = (batch, False, p0, p1)
+        except Exception as exc:
+            self._lt.fail("fetch", exc)
+        return data
+
+    def _lotus_failed_batch(self, rec, exc: BaseException, d0: int) -> None:
         """A batch was opened and failed (the user's error, re-raised by the caller) or found its
         IterableDataset exhausted (no batch): its dispatch, a finished collation and the failed fetch."""
         t0 = self._lotus_t0
@@ -132,7 +138,7 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         try:
             if rec.itt is not None:
                 rec.itt.end()
-            d0, c0 = self._lotus_d0, rec.c0
+            c0 = rec.c0
             rec.rec(S.EV_DISPATCH, d0, t0 - d0, rec.batch, S.NO_ID, -1)
             if c0:
                 rec.rec(S.EV_COLLATE, c0, rec.c1 - c0, rec.batch, S.NO_ID, rec.cn)

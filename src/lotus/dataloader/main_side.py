@@ -19,6 +19,7 @@ from lotus.trace import schema as S
 
 # the hot path's record kinds as module constants (one cached global load each)
 _STEP, _WAIT, _CONSUMED, _NO_ID, _BUFFERED = S.EV_STEP, S.EV_WAIT, S.EV_CONSUMED, S.NO_ID, S.WAIT_BUFFERED
+_MAIN_BATCH, _MAIN_LOOP, _NO_PREV, _ITEMS = S.EV_MAIN_BATCH, S.EV_MAIN_LOOP, (S.NO_ID, 0), S.MAIN_ITEMS_SHIFT
 
 
 class NullTrace:
@@ -137,28 +138,46 @@ class _MainSide:
                 data = super().__next__()
                 if replay is not None:
                     replay.keep(data, getattr(self, "_send_idx", self._num_yielded))
-        except StopIteration:
+        except BaseException as exc:
+            self._lotus_next_failed(t0, exc)
+            raise
+        self._lotus_after(lt, t0, mono(), cuda)
+        return data
+
+    def _lotus_next_failed(self, t0: int, exc: BaseException) -> None:
+        """next() raised: the epoch ended (StopIteration) or the loop is probably about to die."""
+        lt = self._lt
+        if isinstance(exc, StopIteration):
             try:
                 self._lotus_step_done(t0)
                 self._lotus_epoch_end(S.EPOCH_EXHAUSTED)
-            except Exception as exc:
-                lt.fail("epoch end", exc)
-            raise
-        except BaseException:
-            try:
-                self._lotus_step_done(t0)
-                lt.flush()  # the loop is probably about to die: keep what was recorded
-            except Exception:
-                pass
-            raise
-        t1 = mono()
+            except Exception as err:
+                lt.fail("epoch end", err)
+            return
+        try:
+            self._lotus_step_done(t0)
+            lt.flush()  # keep what was recorded
+        except Exception:
+            pass
+
+    def _lotus_after(self, lt, t0: int, t1: int, cuda) -> None:
+        """The records of the hand-off that next() (asked at ``t0``) made at ``t1``."""
         last = self._lotus_last
         try:
-            if last is not None:
+            if last is None:
+                self._lotus_step_done(t0)
+                return
+            w = lt.w
+            lo, ep = lt.loader_id, lt.epoch
+            prev = self._lotus_prev
+            if len(last) == 7:  # num_workers=0: the whole batch in one packed pair (schema.EV_MAIN_BATCH)
+                batch, d0, f0, c0, cn, end, flags = last
+                pb, pt = prev if prev is not None else _NO_PREV
+                w.buf += _PACK2(_MAIN_BATCH, lo, ep, d0, end - d0, batch, f0 - d0, c0 - d0 if c0 else -1,
+                                _MAIN_LOOP, lo, ep, t0, t1 - t0, pb, pt, flags | (cn + 1) << _ITEMS)
+                p0 = 0
+            else:
                 batch, buffered, p0, p1 = last
-                w = lt.w
-                lo, ep = lt.loader_id, lt.epoch
-                prev = self._lotus_prev
                 # the previous batch's step (hand-off -> this request), this wait and this hand-off: one append
                 if prev is not None:
                     w.buf += _PACK3(_STEP, lo, ep, prev[1], t0 - prev[1], prev[0], _NO_ID, 0,
@@ -167,22 +186,19 @@ class _MainSide:
                 else:
                     w.buf += _PACK2(_WAIT, lo, ep, t0, t1 - t0, batch, _NO_ID, _BUFFERED if buffered else 0,
                                     _CONSUMED, lo, ep, t1, 0, batch, _NO_ID, 0)
-                if p0:
-                    lt.record(S.EV_PIN, p0, p1 - p0, batch, S.NO_ID, 0)
-                if cuda is not None:
-                    cuda.got(batch)
-                self._lotus_prev = (batch, t1)
-                lt.last_batch = batch
-                lt.consumed += 1
-                if _gpu._active_id != id(lt):  # (reset when the active one is collected)
-                    set_active(lt)
-                if len(w.buf) >= w.flush_bytes:  # by time: the flusher thread (lotus.trace.writer)
-                    lt.flush()
-            else:
-                self._lotus_step_done(t0)
+            if p0:
+                lt.record(S.EV_PIN, p0, p1 - p0, batch, S.NO_ID, 0)
+            if cuda is not None:
+                cuda.got(batch)
+            self._lotus_prev = (batch, t1)
+            lt.last_batch = batch
+            lt.consumed += 1
+            if _gpu._active_id != id(lt):  # (reset when the active one is collected)
+                set_active(lt)
+            if len(w.buf) >= w.flush_bytes:  # by time: the flusher thread (lotus.trace.writer)
+                lt.flush()
         except Exception as exc:
             lt.fail("next", exc)
-        return data
 
     def _lotus_step_done(self, t0: int) -> None:
         """Record the step of the batch the loop held (when no new hand-off follows)."""

@@ -29,6 +29,7 @@ from lotus.live.state import SEC, FileInfo, LiveState
 from lotus.trace import schema as S
 from lotus.trace.events import LOADER_STRIDE
 from lotus.trace.native import RECORD_DTYPE, read_header
+from lotus.trace.packed import expand_main_batches
 
 _log = logging.getLogger("lotus.live")
 RS = S.RECORD_SIZE
@@ -151,9 +152,11 @@ class Tailer:
             f.seek(tail.offset)
             raw = f.read(end - tail.offset)
         n = len(raw) // RS
+        if n and int.from_bytes(raw[(n - 1) * RS:(n - 1) * RS + 2], "little", signed=True) == S.EV_MAIN_BATCH:
+            n -= 1  # a packed batch record: read with the loop record written right after it
         self.bytes_read += n * RS
         tail.offset += n * RS
-        events = self._controls(tail, np.frombuffer(raw, RECORD_DTYPE, count=n))
+        events = expand_main_batches(self._controls(tail, np.frombuffer(raw, RECORD_DTYPE, count=n)), tail.path)
         if tail.loader_offset and len(events):
             events = events.copy()
             events["loader"] += tail.loader_offset
@@ -260,4 +263,6 @@ class Tailer:
             i -= trailing
             if trailing < count:
                 break
+        if i > n_lo and block(i, 1)["name_id"][:1].tolist() == [S.EV_MAIN_LOOP]:
+            i -= 1  # never between a packed batch record and its loop record
         return tail.data_offset + i * RS

@@ -37,6 +37,7 @@ from lotus.trace import schema as S
 from lotus.trace.discover import Run, find_run
 from lotus.trace.native import derive_sample_spans, read_header
 from lotus.trace.original import PLACEHOLDER_WAIT_NS, read_original_log, release_freed_memory
+from lotus.trace.packed import expand_main_batches
 from lotus.trace.parts import iter_records, mark_continued, stitch
 
 _log = logging.getLogger("lotus.trace")
@@ -163,6 +164,7 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
     n_legacy = 0
     role = header.get("role", "main")
     derive = int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE
+    packed = int(header.get("version", 1)) >= S.PACKED_MAIN_BATCH
     consts = {"pid": int(header.get("pid", -1)), "role": _ROLES.index(role) if role in _ROLES else 0,
               "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0))}
     for arr in iter_records(path, offset, _CHUNK_RECORDS):
@@ -186,6 +188,9 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
                     name += " (op)"  # a user op named like a built-in event
                 lut[key[1]] = acc.code(name, S.OP_CAT)
             arr = arr[~ctrl_mask]
+            ids = arr["name_id"]
+        if packed:  # version >= 3: a num_workers=0 batch's records, packed in two
+            arr = expand_main_batches(arr, path)
             ids = arr["name_id"]
         if derive:  # version >= 2: load/transform spans are derived from sample and op records
             arr = derive_sample_spans(arr)

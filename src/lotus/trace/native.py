@@ -16,6 +16,7 @@ import numpy as np
 
 from lotus.errors import InputError
 from lotus.trace import schema as S
+from lotus.trace.packed import expand_main_batches
 
 _log = logging.getLogger("lotus.trace")
 RECORD_DTYPE = np.dtype(S.RECORD_DTYPE)
@@ -106,7 +107,10 @@ def read_trace_file(path: str | os.PathLike) -> TraceFile:
     ids = arr["name_id"]
     is_event = ids >= 0
     events = arr[is_event] if not is_event.all() else arr
-    if int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE:
+    version = int(header.get("version", 1))
+    if version >= S.PACKED_MAIN_BATCH:
+        events = expand_main_batches(events, p)
+    if version >= S.DERIVED_FROM_SAMPLE:
         events = derive_sample_spans(events)
     tf = TraceFile(path=p, header=header, records=events, truncated_bytes=truncated)
     if not is_event.all():

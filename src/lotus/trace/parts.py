@@ -122,6 +122,16 @@ def _edge_time(path: Path, *, last: bool) -> int | None:
     return None if found is None else found + shift
 
 
+def _cut(buf, filled: int) -> int:
+    """Bytes of ``buf[:filled]`` to hand out as whole records: never a packed batch record without the
+    loop record written right after it (:mod:`lotus.trace.packed`), which may still be unread."""
+    whole = filled // S.RECORD_SIZE * S.RECORD_SIZE
+    if whole and int.from_bytes(bytes(buf[whole - S.RECORD_SIZE: whole - S.RECORD_SIZE + 2]), "little",
+                                signed=True) == S.EV_MAIN_BATCH:
+        whole -= S.RECORD_SIZE
+    return whole
+
+
 def iter_records(path: Path, offset: int, chunk_records: int):
     """The records of a trace file or part after ``offset``, as numpy arrays of up to ``chunk_records``;
     a truncated last record (crash mid-write) is dropped with a warning.
@@ -132,7 +142,7 @@ def iter_records(path: Path, offset: int, chunk_records: int):
 
     from lotus.trace.native import RECORD_DTYPE
 
-    size = chunk_records * S.RECORD_SIZE
+    size = max(chunk_records, 2) * S.RECORD_SIZE  # room for a packed pair
     n = 0
     with open_raw(path) as f:
         f.read(offset)
@@ -145,7 +155,7 @@ def iter_records(path: Path, offset: int, chunk_records: int):
                 if not k:
                     break
                 filled += k
-                whole = filled // S.RECORD_SIZE * S.RECORD_SIZE
+                whole = _cut(buf, filled)
                 if whole:
                     arr = buf[:whole].view(RECORD_DTYPE)
                     n += len(arr)
@@ -153,7 +163,11 @@ def iter_records(path: Path, offset: int, chunk_records: int):
                     rest = filled - whole
                     buf[:rest] = buf[whole:filled]
                     filled = rest
-            rest = filled
+            whole = filled // S.RECORD_SIZE * S.RECORD_SIZE
+            if whole:  # a packed batch record held back for its pair, and the file ends there
+                n += whole // S.RECORD_SIZE
+                yield buf[:whole].view(RECORD_DTYPE)
+            rest = filled - whole
         else:
             tail = b""
             while True:
@@ -161,13 +175,17 @@ def iter_records(path: Path, offset: int, chunk_records: int):
                 if not raw:
                     break
                 data = tail + raw if tail else raw
-                whole = len(data) // S.RECORD_SIZE * S.RECORD_SIZE
+                whole = _cut(data, len(data))
                 tail = data[whole:]
                 if whole:
                     arr = np.frombuffer(data, RECORD_DTYPE, count=whole // S.RECORD_SIZE)
                     n += len(arr)
                     yield arr
-            rest = len(tail)
+            whole = len(tail) // S.RECORD_SIZE * S.RECORD_SIZE
+            if whole:  # a packed batch record held back for its pair, and the file ends there
+                n += whole // S.RECORD_SIZE
+                yield np.frombuffer(tail, RECORD_DTYPE, count=whole // S.RECORD_SIZE)
+            rest = len(tail) - whole
     if rest:
         _log.warning("%s: record %d truncated (%d of %d bytes, a crashed process?); dropped", path, n, rest,
                      S.RECORD_SIZE)

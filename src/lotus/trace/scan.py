@@ -46,6 +46,7 @@ from lotus.trace.moments import _epoch_sums, _Moments
 from lotus.trace.native import derive_sample_spans, read_header
 from lotus.trace.opengine import OP_BUILTINS, OpEngine
 from lotus.trace.original import release_freed_memory
+from lotus.trace.packed import expand_main_batches
 from lotus.trace.parts import iter_records, mark_continued, stitch
 
 _log = logging.getLogger("lotus.trace")
@@ -80,6 +81,7 @@ def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=No
                          "header": header, "clean": False, "defines": {}}, shift, loader_offset)
     defines = fs.consts["defines"]
     derive = int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE
+    packed = int(header.get("version", 1)) >= S.PACKED_MAIN_BATCH
     for arr in iter_records(path, offset, CHUNK_RECORDS):
         ids = np.ascontiguousarray(arr["name_id"])  # one strided pass; the tests below are then cheap
         ctrl_mask = ids < 0
@@ -105,6 +107,9 @@ def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=No
             tail = len(pos) - head
             at_ends = tail == 0 or pos[head] == len(arr) - tail  # as usual: a view, no copy of the chunk
             arr = arr[head: len(arr) - tail] if at_ends else arr[~ctrl_mask]
+            ids = arr["name_id"]
+        if packed:  # version >= 3: a num_workers=0 batch's records, packed in two
+            arr = expand_main_batches(arr, path)
             ids = arr["name_id"]
         if derive:  # version >= 2: load/transform spans are derived from sample and op records
             arr = derive_sample_spans(arr)

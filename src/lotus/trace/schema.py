@@ -22,7 +22,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-FORMAT_VERSION = 2  # 2: per-sample detail by budget (fetch FETCH_DETAIL), one `sample` record per item
+FORMAT_VERSION = 3  # 2: per-sample detail by budget (fetch FETCH_DETAIL), one `sample` record per item;
+# 3: a num_workers=0 batch as one pair of packed records (PACKED_MAIN_BATCH, expanded by the readers)
 MAGIC = b"LOTUSTR1"
 PREAMBLE = struct.Struct("<8sII")
 RECORD = struct.Struct("<hhiqqqqq")
@@ -87,6 +88,18 @@ FETCH_DETAIL = 4  # version >= 2: the batch carries per-sample/per-op records (a
 # version >= 2: `sample` arg = load time of the item in ns (its start to its first transform); -1 when no
 # transform ran. `load` and `transform` are not written: the readers derive them (see docs/trace-format.md)
 DERIVED_FROM_SAMPLE = 2  # first format version whose files carry no load/transform records
+# version >= 3, num_workers=0: a batch's dispatch, collate, fetch, the previous batch's step, its wait and
+# consumed are written as two adjacent records, expanded by the readers into those events (in that order,
+# field for field what version 2 wrote; docs/trace-format.md "Packed records"):
+#   EV_MAIN_BATCH: start_ns = dispatch start, dur_ns = dispatch + fetch, batch_id, sample = dispatch duration,
+#                  arg = collation start - dispatch start (-1: no collation; it ends with the fetch)
+#   EV_MAIN_LOOP:  start_ns = wait start, dur_ns = wait, batch_id = previous batch (-1: none),
+#                  sample = the previous batch's hand-off ns (0: none; its step ends at the wait start),
+#                  arg = fetch flags | (collated items + 1) << 32
+PACKED_MAIN_BATCH = 3  # first format version that may hold them
+EV_MAIN_BATCH = 30
+EV_MAIN_LOOP = 31
+MAIN_ITEMS_SHIFT = 32
 # arg of the `epoch_end` event: how the epoch ended
 EPOCH_EXHAUSTED = 0  # the iterator ran out (the whole epoch was consumed)
 EPOCH_ABANDONED = 1  # the iterator was dropped first (loop break, garbage-collected iterator, deleted loader)
