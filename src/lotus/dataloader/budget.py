@@ -20,6 +20,8 @@ One instance per recorder (a worker process, or a main-process iterator): no loc
 
 from __future__ import annotations
 
+import math
+
 FIRST_DETAIL_BATCHES = 1  # batches at the start of each epoch, per worker, always in detail
 SAMPLE_COST_NS = 1_500  # tracer CPU per detail sample: its proxy/subclass call and one record
 OP_COST_NS = 800  # tracer CPU per op record: two clock reads and an append
@@ -30,7 +32,8 @@ DEFAULT_BUDGET_PCT = 0.5
 class DetailBudget:
     """Per-batch detail choice within a CPU budget (``fraction`` of the work; None: every batch)."""
 
-    __slots__ = ("credit_ns", "detail", "epoch", "first_left", "fraction", "nrec0", "nsamp0", "prep_ns")
+    __slots__ = ("covered", "credit_ns", "detail", "epoch", "first_left", "fraction", "nrec0", "nsamp0", "prep_ns",
+                 "skip")
 
     def __init__(self, fraction: float | None):
         self.fraction = fraction
@@ -40,7 +43,9 @@ class DetailBudget:
         self.detail = True
         self.nrec0 = 0
         self.nsamp0 = 0
-        self.prep_ns = 0  # the last batch's preparation, for step()
+        self.prep_ns = 0  # the preparation of the batches since the last step() (added by the caller)
+        self.covered = 1  # how many batches prep_ns sums
+        self.skip = 0  # batches the caller may run plain without asking step() (see step)
 
     def choose(self, epoch: int, nrec: int, nsamp: int) -> bool:
         """Whether the batch starting now records per-sample/per-op detail."""
@@ -59,9 +64,15 @@ class DetailBudget:
         return self.detail
 
     def step(self, epoch: int, nrec: int, nsamp: int) -> bool:
-        """:meth:`done` for the previous batch (its preparation left in ``prep_ns`` by the caller; 0 when
-        none), then :meth:`choose` for the batch starting now: one call per batch on the main process's
-        hot path, with the same arithmetic."""
+        """:meth:`done` for the batches since the last call (their preparation summed in ``prep_ns`` by
+        the caller), then :meth:`choose` for the batch starting now: one call per batch at most on the
+        main process's hot path, with the same arithmetic.
+
+        After a plain choice it also sets ``skip``: how many of the next batches of this epoch are plain
+        whatever their preparation, at least as many as their credit needs to reach zero at the last
+        preparation seen, halved (the caller counts them down instead of calling; with steady batches
+        the choices are exactly those of calling every batch, with slower ones a detail batch comes at
+        most that much later, never sooner: never over the budget)."""
         fraction = self.fraction
         if fraction is None:
             return True
@@ -80,9 +91,15 @@ class DetailBudget:
             detail = True
         else:
             detail = credit >= 0.0
+        skip = 0
         if detail:
             self.nrec0 = nrec
             self.nsamp0 = nsamp
+        elif prep > 0:
+            per = prep / self.covered  # one batch's preparation
+            skip = (math.ceil(-credit / (fraction * per)) - 1) // 2
+        self.skip = skip
+        self.covered = skip + 1
         self.detail = detail
         return detail
 

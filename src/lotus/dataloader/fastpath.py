@@ -58,7 +58,7 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             d0, f0 = self._lotus_opened
             c0 = rec.c0
             end = rec.c1 if c0 else t1  # the batch is ready when its collation returns
-            rec.budget.prep_ns = end - f0
+            rec.budget.prep_ns += end - f0
             batch = rec.batch
             prev = self._lotus_prev
             pb, pt = prev if prev is not None else _NO_PREV
@@ -86,7 +86,12 @@ class FastSingleProcessIter(TracedSingleProcessIter):
         rec = self._lotus_rec
         rec.epoch = ep = self._lt.epoch
         rec.c0 = 0
-        rec.detail = detail = rec.on and rec.budget.step(ep, rec.nrec, rec.nsamp)
+        budget = rec.budget
+        if budget.skip and ep == budget.epoch:  # plain whatever this batch costs (DetailBudget.step)
+            budget.skip -= 1
+            rec.detail = detail = False
+        else:
+            rec.detail = detail = rec.on and budget.step(ep, rec.nrec, rec.nsamp)
         if detail:  # per-sample/per-op detail: timed items, and Composes timed until __next__ returns
             self._dataset_fetcher = self._lotus_detail_fetcher
             self._lotus_swap.__enter__()
