@@ -51,17 +51,20 @@ def _engine_for(run, engine: str) -> str:
     return "scan" if total > limit else "memory"
 
 
-def _config_of(run, engine: str) -> Config:
+def _config_of(run, engine: str, summary_only: bool = False) -> Config:
     from lotus.trace.events import events_of_run
 
     if _engine_for(run, engine) == "scan":
+        from lotus.trace.batchparts import SUMMARY_COLUMNS
         from lotus.trace.rescan import batches_of_scan
         from lotus.trace.scan import scan_run
 
-        events = scan_run(run)
+        events = scan_run(run, columns=SUMMARY_COLUMNS if summary_only else None)
         table = getattr(events.attrs["op_engine"], "batch_table", None)
         if table is not None:  # the DataFrame is made on first use of cfg.batches
             cfg = Config(name=run.name, path=run.path, events=events, batches=None, table=table)
+            if table.partial:  # the summaries' columns only: cfg.batches scans the run again, every column kept
+                cfg.rescan = lambda: batches_of_scan(scan_run(run))
         else:
             cfg = Config(name=run.name, path=run.path, events=events, batches=batches_of_scan(events))
     else:
@@ -77,7 +80,7 @@ class _Batches:
         if cfg is None:
             return None  # the dataclass field's default
         if cfg.__dict__.get("_batches") is None and cfg.__dict__.get("table") is not None:
-            cfg.__dict__["_batches"] = cfg.table.frame()
+            cfg.__dict__["_batches"] = cfg.rescan() if cfg.table.partial else cfg.table.frame()
         return cfg.__dict__.get("_batches")
 
     def __set__(self, cfg, value):
@@ -99,6 +102,7 @@ class Config:
     batches: object = _Batches()  # pandas.DataFrame (lotus.trace.batches_from_events)
     kineto: list[Path] = field(default_factory=list)
     table: object = None  # lotus.trace.batchtable.BatchTable of a scanned run, or None
+    rescan: object = None  # where ``table`` is partial: () -> the batches DataFrame (another scan)
 
     @property
     def summary_batches(self):
@@ -133,9 +137,12 @@ def config_from_events(events, name: str | None = None, path: str | os.PathLike 
                   batches=batches_from_events(events))
 
 
-def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory") -> Iterator[Config]:
+def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary_only: bool = False
+                 ) -> Iterator[Config]:
     """Configs under ``data_dir`` one at a time (only one run's DataFrames in memory at once).
     ``engine``: see the module doc (a scanned run's ``events`` holds no per-sample events).
+    ``summary_only``: a scanned run's table keeps only what ``lotus analyze stats|wait|verdict``
+    read (``cfg.batches`` then costs another scan).
 
     Raises :class:`InputError` for a missing directory or one without any trace file; a run that
     cannot be read is skipped with a warning.
@@ -146,7 +153,7 @@ def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory") -> Iter
     yielded = 0
     for run in runs:
         try:
-            cfg = _config_of(run, engine)
+            cfg = _config_of(run, engine, summary_only)
         except InputError as exc:
             _log.warning("%s; run %s skipped", exc, run.name)
             continue
@@ -161,8 +168,8 @@ def load_configs(data_dir: str | os.PathLike, *, engine: str = "memory") -> list
     return list(iter_configs(data_dir, engine=engine))
 
 
-def load_config(path: str | os.PathLike, *, engine: str = "memory") -> Config:
-    """Exactly one run (``path`` itself, or the only run below it)."""
+def load_config(path: str | os.PathLike, *, engine: str = "memory", summary_only: bool = False) -> Config:
+    """Exactly one run (``path`` itself, or the only run below it); ``summary_only``: see :func:`iter_configs`."""
     from lotus.trace.discover import find_run
 
-    return _config_of(find_run(path), engine)
+    return _config_of(find_run(path), engine, summary_only)

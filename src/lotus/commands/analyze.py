@@ -71,11 +71,12 @@ def echo_outcomes(outcomes: dict, *, dispatched: bool = False, lead: str = "not 
         click.echo(f"  {lead}: {note}")
 
 
-def configs_of(data_dir: Path, engine: str = "memory"):
-    """Configs of ``data_dir``; ``engine="auto"`` for commands that work on scanned runs (large traces)."""
+def configs_of(data_dir: Path, engine: str = "memory", summary_only: bool = False):
+    """Configs of ``data_dir``; ``engine="auto"`` for commands that work on scanned runs (large traces);
+    ``summary_only`` for those that read only ``cfg.summary_batches`` (less memory per batch)."""
     from lotus.analysis.runs import iter_configs
 
-    return iter_configs(data_dir, engine=engine)
+    return iter_configs(data_dir, engine=engine, summary_only=summary_only)
 
 
 # -- the group ----------------------------------------------------------------------------------------
@@ -101,7 +102,7 @@ def stats(data_dir: Path, remove_outliers: bool, output: Path | None, per_rank: 
 
     result = {}
     ranks = {}
-    for cfg in configs_of(data_dir, "auto"):
+    for cfg in configs_of(data_dir, "auto", summary_only=True):
         result[cfg.name] = config_stats(cfg.events, cfg.summary_batches, remove_outliers=remove_outliers)
         if per_rank:
             ranks[cfg.name] = preprocessing_stats(cfg.summary_batches, remove_outliers=remove_outliers, by="rank")
@@ -167,7 +168,7 @@ def wait(data_dir: Path, sort: str, fig_dir: Path | None, top: int, as_json: boo
     from lotus.trace.batches import outcome_summary
 
     doc = {"configs": {}}
-    for cfg in configs_of(data_dir, "auto"):
+    for cfg in configs_of(data_dir, "auto", summary_only=fig_dir is None):
         summary = wait_stats(cfg.summary_batches)
         table = wait_table(cfg.summary_batches, sort=sort) if summary["known"] else None
         if as_json:
@@ -232,7 +233,7 @@ def verdict_cmd(data_dir: Path, as_json: bool, per_rank: bool, fail_fraction: fl
 
     doc = {"configs": {}}
     failed = []
-    for cfg in configs_of(data_dir, "auto"):
+    for cfg in configs_of(data_dir, "auto", summary_only=True):
         v = verdict(cfg.events, cfg.summary_batches, loaders=cfg.loaders)
         doc["configs"][cfg.name] = v
         if fail_fraction is not None and v["wait_share"] is not None and v["wait_share"] > fail_fraction:

@@ -7,7 +7,12 @@ warning) and the sums of :data:`~lotus.trace.batches._SUMS` (collate and put tim
 by, in dense arrays per (rank, loader, epoch) indexed by batch id, a sentinel (the dtype's minimum)
 where a kind was not seen; a column exists only once an event fills it. Timestamps are int64; the
 other columns (durations, flags, ids) start as int32 and become int64 when a value needs it.
-:meth:`BatchParts.finish` turns them into a :class:`lotus.trace.batchtable.BatchTable`.
+:meth:`BatchParts.finish` turns them into a :class:`lotus.trace.batchtable.BatchTable`, one column at
+a time (the groups' arrays of a column freed once it is made: the peak is the groups plus one column).
+
+``BatchParts(where, columns)`` keeps only ``columns`` (:data:`SUMMARY_COLUMNS`: what ``lotus analyze
+stats|wait|verdict`` read); a kind none of whose columns is kept sets a bit of :data:`SEEN` instead, so
+that the same keys are batches and the same duplicates are counted. Such a table is ``partial``.
 
 Dense arrays need dense batch ids (torch numbers the batches of an epoch 0, 1, 2...). Ids that would
 make the arrays much larger than the events seen (a huge or hashed id) raise :class:`SparseBatchIds`:
@@ -34,6 +39,11 @@ I32, I64 = np.iinfo(np.int32), np.iinfo(np.int64)
 DROPPED = ("fetch", "dispatch", "arrive", "pin", "wait", "consumed", "step", "collate", "put")
 TIMES = ("prep_start_ns", "dispatch_ns", "arrive_ns", "pin_start_ns", "wait_start_ns", "consumed_ns")  # int64
 COLUMNS = (*(c for m in _PARTS.values() for c in m.values()), *_SUMS.values(), "_collate_n")
+# what lotus analyze stats|wait|verdict read of the table (lotus.analysis.compact, BatchTable.only_batches)
+SUMMARY_COLUMNS = frozenset(("worker_id", "dispatch_worker", "prep_start_ns", "prep_dur_ns", "_fetch_flags",
+                             "_exhausted_worker", "dispatch_ns", "arrive_ns", "_arrive_flags", "wait_start_ns",
+                             "wait_dur_ns", "_wait_flags", "consumed_ns"))
+SEEN = "_seen"  # uint8, a bit per kind whose columns are not kept: the kind was seen for that batch
 SLACK_SLOTS = 1 << 20  # dense slots always allowed ...
 SLOTS_PER_EVENT = 8  # ... plus this many per folded event (a dense trace has ~0.1-0.5 slots per event)
 
@@ -58,8 +68,13 @@ def widen(a: np.ndarray) -> np.ndarray:
 class BatchParts:
     """Per-batch columns of the batch-level events of a run, filled chunk by chunk (module doc)."""
 
-    def __init__(self, where: str):
+    def __init__(self, where: str, columns=None):
         self.where = where
+        self.columns = None if columns is None else frozenset(columns)  # the columns kept (None: all)
+        kinds = [*_PARTS, *_SUMS]  # kinds none of whose columns is kept: only a bit of SEEN says they were seen
+        self.seen_bit = {} if columns is None else {
+            k: 1 << i for i, k in enumerate(k for k in kinds
+                                            if not (set(_PARTS.get(k, {}).values()) | {_SUMS.get(k)}) & self.columns)}
         self.groups: dict[tuple[int, int, int], dict] = {}  # (rank, loader, epoch) -> {"cap": n, column: array}
         self.kind_of_code = {S.EVENTS_BY_NAME[n].id: n for n in (*_PARTS, *_SUMS)}
         self.first_col = {k: next(iter(m.values())) for k, m in _PARTS.items()}  # a kind is seen there
@@ -99,7 +114,7 @@ class BatchParts:
     @staticmethod
     def _col(g, name) -> np.ndarray:
         if name not in g:
-            dtype = np.int64 if name in TIMES else np.int32
+            dtype = np.int64 if name in TIMES else np.uint8 if name == SEEN else np.int32
             g[name] = np.full(g["cap"], sentinel(dtype), dtype)
         return g[name]
 
@@ -129,7 +144,9 @@ class BatchParts:
                 ids = bid[sel].astype(np.int64)
                 g = self._group(key, int(ids.max()) + 1)
                 val = {f: (v[sel] if isinstance(v, np.ndarray) else v) for f, v in fields.items()}
-                if kind in _PARTS:  # the first event of a key (file order), as batches_from_events keeps
+                if kind in self.seen_bit:  # nothing kept but that it was seen (and its duplicates counted)
+                    self._seen(g, kind, ids)
+                elif kind in _PARTS:  # the first event of a key (file order), as batches_from_events keeps
                     first = self._col(g, self.first_col[kind])
                     u, at = np.unique(ids, return_index=True)
                     new = first[u] == sentinel(first.dtype)
@@ -138,6 +155,8 @@ class BatchParts:
                         self.duplicates[kind] = self.duplicates.get(kind, 0) + dup
                     tgt, src = u[new], at[new]
                     for f, name in _PARTS[kind].items():
+                        if self.columns is not None and name not in self.columns:
+                            continue
                         v = val[f]
                         self._put(g, name, tgt, v[src] if isinstance(v, np.ndarray) else np.full(len(tgt), v))
                 else:  # summed per key (int64, exact); collate's largest arg is the sample count
@@ -150,6 +169,15 @@ class BatchParts:
                         top = widen(self._col(g, "_collate_n")[u])
                         np.maximum.at(top, inv, np.broadcast_to(val["arg"], ids.shape))
                         self._put(g, "_collate_n", u, top)
+
+    def _seen(self, g, kind, ids) -> None:
+        seen, bit = self._col(g, SEEN), self.seen_bit[kind]
+        u = np.unique(ids)
+        if kind in _PARTS:
+            dup = len(ids) - int(((seen[u] & bit) == 0).sum())
+            if dup:
+                self.duplicates[kind] = self.duplicates.get(kind, 0) + dup
+        seen[u] |= bit
 
     def _count_fetches(self, arg) -> None:
         """What :func:`lotus.trace.batches.detail_share` reads of the fetches, which are no rows."""
@@ -176,32 +204,42 @@ class BatchParts:
             if self.duplicates.get(kind):
                 _log.warning("%s: %d duplicate '%s' events for the same batch key ignored", self.where,
                              self.duplicates[kind], kind)
+        from lotus.trace.original import release_freed_memory
+
         keys = sorted(self.groups)
-        rows = []
+        seen = []  # per group: which slots are keys (a bool a slot, not an index)
         for k in keys:
             g = self.groups[k]
-            seen = np.zeros(g["cap"], bool)
+            s = np.zeros(g["cap"], bool)
             for name, a in g.items():
                 if name not in ("cap", "_collate_n"):
-                    seen |= a != sentinel(a.dtype)
-            rows.append(np.flatnonzero(seen))
-        counts = np.array([len(r) for r in rows], np.int64)
-        top = max((int(r[-1]) for r in rows if len(r)), default=0)
-        bid = np.concatenate(rows).astype(np.int32 if top <= I32.max else np.int64) if rows else np.zeros(0, np.int32)
+                    s |= a != sentinel(a.dtype)
+            seen.append(s)
+            g.pop(SEEN, None)
+        counts = np.array([int(s.sum()) for s in seen], np.int64)
+        top = max((int(np.flatnonzero(s)[-1]) for s in seen if s.any()), default=0)
+        bid = np.zeros(int(counts.sum()), np.int32 if top <= I32.max else np.int64)
+        pos = 0
+        for s, n in zip(seen, counts.tolist(), strict=True):
+            bid[pos: pos + n] = np.flatnonzero(s)
+            pos += n
         raw = {}
-        for name in COLUMNS:
+        for name in COLUMNS:  # one column at a time, the groups' arrays of it freed as it is made
             have = [self.groups[k][name].dtype for k in keys if name in self.groups[k]]
             if not have:
                 continue
             dtype = np.int64 if np.int64 in have else np.int32
             out = np.full(len(bid), sentinel(dtype), dtype)
             pos = 0
-            for k, r in zip(keys, rows, strict=True):
+            for k, s, n in zip(keys, seen, counts.tolist(), strict=True):
                 a = self.groups[k].pop(name, None)
                 if a is not None:
-                    out[pos: pos + len(r)] = (widen(a) if dtype == np.int64 else a)[r]
-                pos += len(r)
+                    out[pos: pos + n] = (widen(a) if dtype == np.int64 else a)[s]
+                pos += n
+                del a
             raw[name] = out
+            release_freed_memory()  # glibc would keep the groups' arrays (they are not all mmapped)
         self.groups = {}
         table = BatchTable(np.array(keys, np.int64).reshape(-1, 3), counts, bid, raw, attrs)
+        table.partial = self.columns is not None
         return table.only_batches()

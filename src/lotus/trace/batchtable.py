@@ -43,6 +43,8 @@ class BatchTable:
         self.raw = raw  # joined column name (lotus.trace.batchparts.COLUMNS) -> array
         self.attrs = dict(attrs)
         self.any_keys = len(keys) > 0  # any batch-level event at all (else the empty frame of no events)
+        self._failed = None  # failed(), once asked for
+        self.partial = False  # only the summaries' columns were kept (BatchParts(columns=...)): no frame()
 
     def __len__(self) -> int:
         return len(self.batch_id)
@@ -51,8 +53,10 @@ class BatchTable:
     def nbytes(self) -> int:
         return self.batch_id.nbytes + sum(a.nbytes for a in self.raw.values()) + self.keys.nbytes
 
-    def group_ids(self) -> np.ndarray:
-        """The group (index into :attr:`keys`) of every row."""
+    def group_ids(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The group (index into :attr:`keys`) of every row, or of ``rows``."""
+        if rows is not None:
+            return np.searchsorted(np.cumsum(self.counts), rows, side="right")
         return np.repeat(np.arange(len(self.keys), dtype=np.int32), self.counts)
 
     def only_batches(self) -> BatchTable:
@@ -64,12 +68,14 @@ class BatchTable:
 
         # the rule is row by row: only keys neither fetched nor consumed, or exhausted, can be anything but a
         # batch or count in attrs; batch_rows sees those (usually none) and the others are batches
-        f, ok = self.values("_arrive_flags")
-        look = ~(self.values("_fetch_flags")[1] | self.values("consumed_ns")[1])
-        look |= self.values("_exhausted_worker")[1] | (ok & ((np.maximum(f, 0) & S.ARRIVE_EXHAUSTED) != 0))
+        look = ~(self.valid("_fetch_flags") | self.valid("consumed_ns"))
+        look |= self.valid("_exhausted_worker")
+        if "_arrive_flags" in self.raw:  # valid (the sentinel is negative), positive, the flag set
+            f = self.raw["_arrive_flags"]
+            look |= (f > 0) & ((f & S.ARRIVE_EXHAUSTED) != 0)
+            del f
         look = np.flatnonzero(look)
-        del f, ok
-        cols = {"rank": self.values("rank")[0][look]}
+        cols = {"rank": self.values("rank", look)[0]}
         for c in _BATCH_ROW_COLUMNS:
             if c in self.raw:
                 v, ok = _raw(self.raw[c][look])
@@ -82,6 +88,7 @@ class BatchTable:
         if not row.all():
             self.counts = np.bincount(self.group_ids()[row], minlength=len(self.keys)).astype(np.int64)
             self.batch_id = self.batch_id[row]
+            self._failed = None
             for c in list(self.raw):
                 self.raw[c] = self.raw[c][row]
         keep = self.counts > 0
@@ -91,63 +98,78 @@ class BatchTable:
     def has(self, name: str) -> bool:
         return name in self.raw
 
-    def values(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+    def values(self, name: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(int64 values, valid mask) of a column of the batches DataFrame (module doc of
-        :mod:`lotus.trace.batches`; ``failed`` and ``buffered`` as 0/1) or of the joined parts (``_wait_flags``);
+        :mod:`lotus.trace.batches`; ``failed`` and ``buffered`` as 0/1) or of the joined parts (``_wait_flags``),
+        of every row or of ``rows`` (indices: taken before widening, so that the temporaries are theirs);
         values where not valid are unspecified."""
-        n = len(self)
+        n = len(self) if rows is None else len(rows)
         if name in _KEY[:3]:
-            return np.repeat(self.keys[:, _KEY.index(name)], self.counts), np.ones(n, bool)
+            col = self.keys[:, _KEY.index(name)]
+            if rows is None:
+                return np.repeat(col, self.counts), np.ones(n, bool)
+            return col[self.group_ids(rows)], np.ones(n, bool)
         if name == "batch_id":
-            return self.batch_id.astype(np.int64), np.ones(n, bool)
+            return (self.batch_id if rows is None else self.batch_id[rows]).astype(np.int64), np.ones(n, bool)
         if name == "worker_id":  # batches seen only from the main side: the worker it was dispatched to
-            v, ok = self._stored("worker_id")
-            d, d_ok = self._stored("dispatch_worker")
+            v, ok = self._stored("worker_id", rows)
+            d, d_ok = self._stored("dispatch_worker", rows)
             return np.where(ok, v, d), ok | d_ok
         if name in ("gpu_wait_ns", "gpu_step_ns"):  # a timing its valid flag says is not: missing
-            v, ok = self._stored(name)
-            flag, f_ok = self._stored("_gpu_wait_valid" if name == "gpu_wait_ns" else "_gpu_step_valid")
+            v, ok = self._stored(name, rows)
+            flag, f_ok = self._stored("_gpu_wait_valid" if name == "gpu_wait_ns" else "_gpu_step_valid", rows)
             return v, ok & (~f_ok | (flag != 0))
         if name == "prep_end_ns":
-            va, oka = self._stored("prep_start_ns")
-            vb, okb = self._stored("prep_dur_ns")
+            va, oka = self._stored("prep_start_ns", rows)
+            vb, okb = self._stored("prep_dur_ns", rows)
             return va + vb, oka & okb
         if name in ("delay_ns", "queue_ns"):
-            end, e_ok = self.values("prep_end_ns")
-            v, ok = self._stored("consumed_ns" if name == "delay_ns" else "arrive_ns")
+            end, e_ok = self.values("prep_end_ns", rows)
+            v, ok = self._stored("consumed_ns" if name == "delay_ns" else "arrive_ns", rows)
             return v - end, ok & e_ok
         if name == "failed":  # -1: no flags (original logs)
-            f, ok = self._stored("_fetch_flags")
-            return (ok & ((np.maximum(f, 0) & 1) != 0)).astype(np.int64), np.ones(n, bool)
+            f = self.failed()
+            return (f if rows is None else f[rows]).astype(np.int64), np.ones(n, bool)
         if name == "buffered":
-            f, ok = self._stored("_wait_flags")
+            f, ok = self._stored("_wait_flags", rows)
             return f & 1, ok & (f >= 0)
-        return self._stored(name)
+        return self._stored(name, rows)
 
-    def _stored(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+    def valid(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """The valid mask of a stored column (``values(name, rows)[1]`` without the values)."""
+        if name not in self.raw:
+            return np.zeros(len(self) if rows is None else len(rows), bool)
+        a = self.raw[name] if rows is None else self.raw[name][rows]
+        return a != (_I64_MIN if a.dtype == np.int64 else _I32_MIN)
+
+    def _stored(self, name: str, rows=None) -> tuple[np.ndarray, np.ndarray]:
         if name in self.raw:
-            return _raw(self.raw[name])
-        return self._absent()
-
-    def _absent(self):
-        return np.zeros(len(self), np.int64), np.zeros(len(self), bool)
+            a = self.raw[name]
+            return _raw(a if rows is None else a[rows])
+        n = len(self) if rows is None else len(rows)
+        return np.zeros(n, np.int64), np.zeros(n, bool)
 
     def failed(self) -> np.ndarray:
-        return self.values("failed")[0].astype(bool)
+        """Failed batches (bool; computed once, a byte a batch)."""
+        if self._failed is None:
+            f = self.raw.get("_fetch_flags")
+            self._failed = (np.zeros(len(self), bool) if f is None
+                            else (f != (_I64_MIN if f.dtype == np.int64 else _I32_MIN)) & (f > 0) & ((f & 1) != 0))
+        return self._failed
 
     def outcome_summary(self) -> dict:
         """:func:`lotus.trace.batches.outcome_summary` of the table."""
         from lotus.trace.batches import outcomes_of
 
-        f = self.failed()
-        w, ok = self.values("worker_id")
-        return outcomes_of(len(self), self.values("rank")[0][f].tolist(), np.where(ok, w, -1)[f].tolist(), self.attrs)
+        f = np.flatnonzero(self.failed())
+        w, ok = self.values("worker_id", f)
+        return outcomes_of(len(self), self.values("rank", f)[0].tolist(), np.where(ok, w, -1).tolist(), self.attrs)
 
     def key_frame(self, rows: np.ndarray):
         """The key columns of ``rows`` (int64), a DataFrame (excluding batches from op statistics)."""
         import pandas as pd
 
-        return pd.DataFrame({c: self.values(c)[0][rows] for c in _KEY})
+        return pd.DataFrame({c: self.values(c, rows)[0] for c in _KEY})
 
     def frame(self):
         """The batches DataFrame of these rows: :func:`lotus.trace.batches.batches_from_joined` on the
@@ -157,6 +179,8 @@ class BatchTable:
 
         from lotus.trace.batches import batches_from_joined, empty_batches
 
+        if self.partial:
+            raise RuntimeError("a table of the summaries' columns only makes no batches DataFrame: scan every column")
         if not self.any_keys:
             return empty_batches(self.attrs)
         cols = {c: self.values(c)[0] for c in _KEY}

@@ -136,15 +136,17 @@ def _legacy_fetch(arr, code):
     return code, arg, int(legacy.sum())
 
 
-def scan_run(run: Run):
+def scan_run(run: Run, columns=None):
     """The events DataFrame of ``run`` without per-sample detail, with an :class:`OpEngine` in its
     ``attrs["op_engine"]`` (see the module doc). The batch-level events are folded into the engine's
     ``batch_parts`` (:mod:`lotus.trace.batchparts`) rather than kept as rows, unless their batch ids are
-    too sparse for it: the run is then scanned again, keeping them as rows."""
+    too sparse for it: the run is then scanned again, keeping them as rows. ``columns``: the per-batch
+    columns to keep (:data:`lotus.trace.batchparts.SUMMARY_COLUMNS` for the summaries of ``lotus
+    analyze stats|wait|verdict``; the table then makes no batches DataFrame); None: all."""
     if run.original:
         raise InputError("original LotusTrace logs are read in memory (lotus.trace.load_events)", run.path)
     try:
-        return _scan(run, fold=True)
+        return _scan(run, fold=True, columns=columns)
     except SparseBatchIds as exc:
         _log.info("%s: %s: batch ids too sparse to fold; scanning again with every batch-level event kept",
                   run.path, exc)
@@ -152,7 +154,7 @@ def scan_run(run: Run):
         return _scan(run, fold=False)
 
 
-def _scan(run: Run, fold: bool):
+def _scan(run: Run, fold: bool, columns=None):
     from lotus.trace.events import _Acc, _warn_missing_ranks, clock_offsets, loader_offsets
 
     acc = _Acc()
@@ -183,7 +185,7 @@ def _scan(run: Run, fold: bool):
                 slot_codes.append(c)
 
     moments = _Moments()
-    parts = BatchParts(str(run.path)) if fold else None
+    parts = BatchParts(str(run.path), columns) if fold else None
     lookups = parts.codes(small.size) if fold else None
     by_epoch: dict[int, np.ndarray] = {}
     first: dict[int, int] = {}
