@@ -1,14 +1,14 @@
 """The num_workers=0 iterator of a plain traced loop: the same records as
 :class:`lotus.dataloader.iterators.TracedSingleProcessIter`, with the least Python per batch.
 
-The tracer's fixed cost per batch is the Python it runs (docs/overhead.md: callgrind counts ~400
-bytecodes per batch for the general path). Here a batch costs three frames of lotus: ``__next__`` (the
+The tracer's fixed cost per batch is the Python it runs (docs/overhead.md: ~465 bytecodes per batch
+before this path, ~330 with it). Here a batch costs three frames of lotus: ``__next__`` (the
 loop's wait and hand-off, the batch's records in one packed pair), ``_next_index`` (the detail choice,
 the dispatch's clock reads) and the collate wrapper (collation); torch's own ``_next_data`` runs between
-them. Used when the iterator has no ITT tasks, no pinning, no probe end (``lotus run --steps``) and no
-replay (``TracedSingleProcessIter`` switches its class at the end of its ``__init__``); anything else
-takes the general path. A detail batch's Compose patch (:class:`lotus.dataloader.transforms.TransformSwap`)
-is entered in ``_next_index`` and left in ``__next__``, whichever way torch's ``__next__`` returns.
+them. Used when the loader has no ITT tasks, no pinning, no probe end (``lotus run --steps``) and no
+replay (``DataLoader._get_iterator`` picks it); anything else takes the general path. A detail batch's
+Compose patch (:class:`lotus.dataloader.transforms.TransformSwap`) is entered in ``_next_index`` and left
+in ``__next__``, whichever way torch's ``__next__`` returns.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from lotus.trace import schema as S
 _MAIN_BATCH, _MAIN_LOOP, _ITEMS, _DETAIL = S.EV_MAIN_BATCH, S.EV_MAIN_LOOP, S.MAIN_ITEMS_SHIFT, S.FETCH_DETAIL
 _NO_PREV = (S.NO_ID, 0)
 _Torch = compat.SingleProcessIter
+_torch_next, _torch_next_index = _Torch.__next__, _Torch._next_index  # globals: one cached lookup each
 
 
 class FastSingleProcessIter(TracedSingleProcessIter):
@@ -44,7 +45,7 @@ class FastSingleProcessIter(TracedSingleProcessIter):
                 lt.fail("request", exc)
         self._lotus_opened = None
         try:
-            data = _Torch.__next__(self)
+            data = _torch_next(self)
         except BaseException as exc:
             self._lotus_close(exc)
             self._lotus_next_failed(w0, exc)
@@ -82,7 +83,7 @@ class FastSingleProcessIter(TracedSingleProcessIter):
 
     def _next_index(self):
         if not self._lotus_active:
-            return _Torch._next_index(self)
+            return _torch_next_index(self)
         rec = self._lotus_rec
         rec.epoch = ep = self._lt.epoch
         rec.c0 = 0
@@ -99,7 +100,7 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             self._dataset_fetcher = self._lotus_plain_fetcher
         d0 = mono()
         try:
-            index = _Torch._next_index(self)
+            index = _torch_next_index(self)
         except BaseException:  # StopIteration: the epoch ends, no batch was opened
             if detail:
                 rec.detail = False

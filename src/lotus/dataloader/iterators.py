@@ -34,7 +34,8 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
     Per batch: ``_next_data`` chooses the batch's detail and takes the dispatch's start, ``_next_index``
     its end, the collate wrapper the collation's; ``__next__`` (lotus.dataloader.main_side) writes the
     batch with its wait as one packed pair (schema.EV_MAIN_BATCH). A plain traced loop (no ITT,
-    pinning, probe end or replay) becomes a :class:`lotus.dataloader.fastpath.FastSingleProcessIter`."""
+    pinning, probe end or replay) gets a :class:`lotus.dataloader.fastpath.FastSingleProcessIter` instead
+    (:meth:`lotus.dataloader.loader.DataLoader._get_iterator`)."""
 
     def __init__(self, loader) -> None:
         super().__init__(loader)
@@ -59,10 +60,6 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
             self._lotus_epoch_start()
             self._lotus_rec = rec
             self._lotus_active = rec.itt or True  # _next_index times the batch's opening (and ITT)
-            if rec.itt is None and lt.stop_after is None and self._lotus_replay is None and not self._pin_memory:
-                from lotus.dataloader.fastpath import FastSingleProcessIter
-
-                self.__class__ = FastSingleProcessIter  # a plain traced loop: the same records, less Python
         except Exception as exc:  # fall back to torch's own fetcher, untraced samples
             lt.fail("iterator", exc)
 

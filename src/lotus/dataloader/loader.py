@@ -322,6 +322,11 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
         from lotus.dataloader.iterators import TracedMultiProcessingIter, TracedSingleProcessIter
 
         if self.num_workers == 0:
+            if lt is not None and lt.on and not (lt.itt or self.pin_memory or lt.stop_after is not None
+                                                 or lt.replay_batches):
+                from lotus.dataloader.fastpath import FastSingleProcessIter
+
+                return FastSingleProcessIter(self)  # a plain traced loop: the same records, less Python
             return TracedSingleProcessIter(self)
         from lotus.dataloader import _torch_compat as compat
 

@@ -1,0 +1,60 @@
+"""The fast num_workers=0 iterator (lotus.dataloader.fastpath): chosen for plain traced loops only, and
+the same records as the general one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchvision import transforms as T
+
+from lotus.dataloader import DataLoader
+from lotus.dataloader.fastpath import FastSingleProcessIter
+from lotus.dataloader.iterators import TracedSingleProcessIter
+from lotus.trace import load_events
+
+
+def _double(x):
+    return x * 2
+
+
+class _DS(torch.utils.data.Dataset):
+    def __init__(self):
+        self.transform = T.Compose([T.Lambda(_double), T.Lambda(torch.neg)])
+
+    def __len__(self) -> int:
+        return 22
+
+    def __getitem__(self, i):
+        return self.transform(torch.full((3,), float(i))), i
+
+
+def test_plain_traced_loops_get_the_fast_iterator(tmp_path, monkeypatch):
+    from lotus.dataloader.config import STEPS_ENV
+
+    assert type(iter(DataLoader(_DS(), batch_size=4, trace_dir=tmp_path / "a"))) is FastSingleProcessIter
+    assert type(iter(DataLoader(_DS(), batch_size=4, trace_dir=tmp_path / "b", pin_memory=True))) \
+        is TracedSingleProcessIter  # pinning: the general path (whether or not this torch can pin)
+    monkeypatch.setenv(STEPS_ENV, "3")  # lotus run --steps: the general path ends the job
+    assert type(iter(DataLoader(_DS(), batch_size=4, trace_dir=tmp_path / "c"))) is TracedSingleProcessIter
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("detail", ["full", "budget"])
+def test_fast_and_general_iterators_write_the_same_records(tmp_path, detail):
+    fast = DataLoader(_DS(), batch_size=4, trace_dir=tmp_path / "fast", trace_detail=detail)
+    general = DataLoader(_DS(), batch_size=4, trace_dir=tmp_path / "general", trace_detail=detail)
+    got_fast = [b for b in fast]
+    general._lotus.epoch += 1  # what DataLoader.__iter__ does before making its iterator
+    got_general = [b for b in TracedSingleProcessIter(general)]
+    assert all(torch.equal(x[0], y[0]) for x, y in zip(got_fast, got_general, strict=True))
+    del fast, general
+    ev = {k: load_events(tmp_path / k) for k in ("fast", "general")}
+    cols = ["name", "batch_id", "sample", "epoch"]
+    a, b = (ev[k][cols].astype(str).reset_index(drop=True) for k in ("fast", "general"))
+    if detail == "full":
+        assert a.equals(b)
+    else:  # the detail choice is timing-driven: compare the batch-level records
+        keep = ["dispatch", "collate", "fetch", "wait", "consumed", "step", "epoch_start", "epoch_end"]
+        a, b = (x[x["name"].isin(keep)].reset_index(drop=True) for x in (a, b))
+        assert a.equals(b)
+    assert (a["name"] == "fetch").sum() == 6
