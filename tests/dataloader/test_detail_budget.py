@@ -109,24 +109,27 @@ def test_budget_share_follows_work_and_cost():
     nrec = nsamp = 0
     details = []
     for _ in range(4000):
-        d = b.choose(epoch=0, nrec=nrec, nsamp=nsamp)
+        d = b.step(0, nrec, nsamp)
         details.append(d)
         if d:
             nrec += 24
             nsamp += 8
-        b.done(1_000_000, nrec, nsamp)
+        b.prep_ns += 1_000_000
     cost = 8 * B.SAMPLE_COST_NS + 24 * B.OP_COST_NS + B.RELATIVE_COST * 1_000_000
     expected = 0.005 * 1_000_000 / cost
     assert details[0]  # the first batch of the epoch
     assert sum(details) / len(details) == pytest.approx(expected, rel=0.05)
-    assert B.DetailBudget(None).choose(0, 0, 0)  # full detail
+    assert B.DetailBudget(None).step(0, 0, 0)  # full detail
 
 
 def test_first_batches_of_every_epoch_are_in_detail():
     b = B.DetailBudget(1e-9)  # a budget that pays for nothing
     for epoch in range(3):
-        assert [b.choose(epoch, 0, 0) or b.done(10**6, 5, 5) for _ in range(5)][:B.FIRST_DETAIL_BATCHES] == [
-            True] * B.FIRST_DETAIL_BATCHES
+        got = []
+        for _ in range(5):
+            got.append(b.step(epoch, 5 * len(got), 5 * len(got)))
+            b.prep_ns += 10**6
+        assert got[:B.FIRST_DETAIL_BATCHES] == [True] * B.FIRST_DETAIL_BATCHES and not any(got[B.FIRST_DETAIL_BATCHES:])
 
 
 @pytest.mark.detail_budget
@@ -184,44 +187,46 @@ def test_workers_run_the_users_class_in_batches_without_detail(tmp_path):
 
 
 def _choices(budget_calls, preps, epoch_len=300):
-    """Choices over ``preps`` (one batch each): ``budget_calls`` is "pair" (done + choose, as workers
-    call) or "step" (the main process's fast path: step(), honouring its skip)."""
-    from lotus.dataloader.budget import SAMPLE_COST_NS, DetailBudget
+    """Choices over ``preps`` (one batch each): "every" calls step() for every batch (as workers do),
+    "skip" honours its ``skip`` as the main process's fast path does; "reference" is the budget's rule
+    written out plainly here (credit += fraction * prep; a detail batch costs its records and 2% of its
+    preparation; detail while the credit is not negative; the first batch of every epoch in detail)."""
+    from lotus.dataloader.budget import OP_COST_NS, RELATIVE_COST, SAMPLE_COST_NS, DetailBudget
 
     b = DetailBudget(0.01)
-    nrec = nsamp = 0
+    credit, last_epoch = 0.0, None
     choices, cost = [], 0.0
     for i, prep in enumerate(preps):
         epoch = i // epoch_len
-        if budget_calls == "pair":
-            d = b.choose(epoch, nrec, nsamp)
-        elif b.skip and epoch == b.epoch:
+        if budget_calls == "reference":
+            d = epoch != last_epoch or credit >= 0.0
+            last_epoch = epoch
+        elif budget_calls == "skip" and b.skip and epoch == b.epoch:
             b.skip -= 1
             d = False
         else:
-            d = b.step(epoch, nrec, nsamp)
-        if d:
-            nsamp += 8
-            nrec += 24
-            cost += 8 * SAMPLE_COST_NS
-        if budget_calls == "pair":
-            b.done(prep, nrec, nsamp)
-        else:
-            b.prep_ns += prep
+            d = b.step(epoch, 24 * sum(choices), 8 * sum(choices))
+        batch_cost = 8 * SAMPLE_COST_NS + 24 * OP_COST_NS + RELATIVE_COST * prep if d else 0.0
+        credit += 0.01 * prep - batch_cost
+        cost += batch_cost
+        b.prep_ns += prep
         choices.append(d)
     return choices, cost
 
 
-def test_step_with_its_skip_chooses_as_done_then_choose():
-    """With batches of steady cost the main process's one call (and the batches it skips) makes
-    exactly the workers' choices; with varying costs it never spends more than the budget."""
+def test_step_chooses_by_the_budget_rule_and_its_skip_changes_nothing_when_steady():
+    """step() follows the rule; a caller that honours its skip (the main process's fast path) makes
+    the same choices with batches of steady cost, and never spends more than the budget otherwise."""
     import random
 
-    steady = [200_000] * 3000
-    assert _choices("step", steady) == _choices("pair", steady)
-    assert 0 < sum(_choices("step", steady)[0]) < 3000
     rng = random.Random(3)
     ragged = [rng.randint(50_000, 400_000) for _ in range(3000)]
-    choices, cost = _choices("step", ragged)
-    assert sum(choices) >= 0.5 * sum(_choices("pair", ragged)[0])  # skips delay detail batches, not much
-    assert cost <= 0.01 * sum(ragged) + 8 * 1_500 + 10 * 8 * 1_500  # within the budget (+ first batches)
+    every, ref = _choices("every", ragged), _choices("reference", ragged)
+    assert every[0] == ref[0] and every[1] == pytest.approx(ref[1])
+    steady = [200_000] * 3000
+    skip, every, ref = (_choices(k, steady) for k in ("skip", "every", "reference"))
+    assert skip[0] == every[0] == ref[0] and skip[1] == pytest.approx(ref[1])
+    assert 0 < sum(_choices("skip", steady)[0]) < 3000
+    choices, cost = _choices("skip", ragged)
+    assert sum(choices) >= 0.5 * sum(_choices("every", ragged)[0])  # skips delay detail batches, not much
+    assert cost <= 0.01 * sum(ragged) + 10 * (8 * 1_500 + 24 * 800 + 0.02 * 400_000)  # + first batches

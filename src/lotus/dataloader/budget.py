@@ -2,8 +2,9 @@
 
 Every batch's own records (dispatch, fetch, collate, put, wait, consumption...) are always written. The
 per-sample ``sample`` record and the per-op records are written for *detail batches* only, chosen
-per whole batch when it starts (:meth:`DetailBudget.choose`, called once per batch by
-:meth:`lotus.dataloader.recorder.Recorder.begin_batch`): any other batch runs the plain, untimed path
+per whole batch when it starts (:meth:`DetailBudget.step`, called by
+:meth:`lotus.dataloader.recorder.Recorder.begin_batch` in workers and by the main process's iterators;
+the caller adds each batch's preparation to ``prep_ns`` when it ends): any other batch runs the plain, untimed path
 (the original ``Compose`` loop, no per-sample record, no clock read per sample or op).
 
 The choice keeps the tracer's added CPU within ``fraction`` of the pipeline's own work, measured as it
@@ -47,26 +48,10 @@ class DetailBudget:
         self.covered = 1  # how many batches prep_ns sums
         self.skip = 0  # batches the caller may run plain without asking step() (see step)
 
-    def choose(self, epoch: int, nrec: int, nsamp: int) -> bool:
-        """Whether the batch starting now records per-sample/per-op detail."""
-        if self.fraction is None:
-            return True
-        if epoch != self.epoch:
-            self.epoch = epoch
-            self.first_left = FIRST_DETAIL_BATCHES
-        self.nrec0 = nrec
-        self.nsamp0 = nsamp
-        if self.first_left > 0:
-            self.first_left -= 1
-            self.detail = True
-        else:
-            self.detail = self.credit_ns >= 0.0
-        return self.detail
-
     def step(self, epoch: int, nrec: int, nsamp: int) -> bool:
-        """:meth:`done` for the batches since the last call (their preparation summed in ``prep_ns`` by
-        the caller), then :meth:`choose` for the batch starting now: one call per batch at most on the
-        main process's hot path, with the same arithmetic.
+        """Whether the batch starting now records per-sample/per-op detail, after accounting for the
+        batches since the last call: their preparation, summed in ``prep_ns`` by the caller (``nrec`` /
+        ``nsamp``: op / sample records so far, for the cost of the last batch if it was in detail).
 
         After a plain choice it also sets ``skip``: how many of the next batches of this epoch are plain
         whatever their preparation, at least as many as their credit needs to reach zero at the last
@@ -102,16 +87,6 @@ class DetailBudget:
         self.covered = skip + 1
         self.detail = detail
         return detail
-
-    def done(self, prep_ns: int, nrec: int, nsamp: int) -> None:
-        """The batch ended after ``prep_ns`` of work; ``nrec``/``nsamp``: op/sample records so far."""
-        if self.fraction is None:
-            return
-        credit = self.credit_ns + self.fraction * prep_ns
-        if self.detail:
-            credit -= ((nsamp - self.nsamp0) * SAMPLE_COST_NS + (nrec - self.nrec0) * OP_COST_NS
-                       + RELATIVE_COST * prep_ns)
-        self.credit_ns = credit
 
 
 def budget_fraction(detail, budget_pct) -> float | None:

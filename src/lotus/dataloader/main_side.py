@@ -123,10 +123,7 @@ class _MainSide:
         t0 = mono()
         cuda = self._lotus_cuda
         if cuda is not None:
-            try:
-                cuda.request()
-            except Exception as exc:
-                lt.fail("request", exc)
+            self._lotus_request(cuda)
         self._lotus_last = None
         try:
             replay = self._lotus_replay
@@ -143,6 +140,13 @@ class _MainSide:
             raise
         self._lotus_after(lt, t0, mono(), cuda)
         return data
+
+    def _lotus_request(self, cuda) -> None:
+        """The loop asks for a batch: the CUDA event before its wait (lotus.dataloader.gpu)."""
+        try:
+            cuda.request()
+        except Exception as exc:
+            self._lt.fail("request", exc)
 
     def _lotus_next_failed(self, t0: int, exc: BaseException) -> None:
         """next() raised: the epoch ended (StopIteration) or the loop is probably about to die."""

@@ -112,7 +112,7 @@ class Recorder:
     # -- batch boundaries ---------------------------------------------------------------------
     def choose_detail(self) -> bool:
         """Decide (once per batch, before it starts) whether it records per-sample/per-op detail."""
-        self.detail = d = self.on and self.budget.choose(self.epoch, self.nrec, self.nsamp)
+        self.detail = d = self.on and self.budget.step(self.epoch, self.nrec, self.nsamp)
         return d
 
     def begin_batch(self, batch: int, choose: bool = True) -> int:
@@ -139,5 +139,5 @@ class Recorder:
         else:
             w.buf += w.pack(kind, self.loader, self.epoch, start_ns, t - start_ns, self.batch, S.NO_ID, flags)
         if kind == S.EV_FETCH:
-            self.budget.done(t - start_ns, self.nrec, self.nsamp)
+            self.budget.prep_ns += t - start_ns  # accounted by the next batch's step()
         return t
