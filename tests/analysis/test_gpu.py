@@ -196,6 +196,35 @@ def test_cuda_probe_never_blocks_and_resolves_in_order():
     assert (S.EV_GPU_STEP, 2) in [(r[0], r[3]) for r in sink.rows]
 
 
+def test_probe_waiting_for_cuda_asks_only_whether_it_is_initialised():
+    """Before CUDA is initialised the probe checks every batch; torch.cuda.is_available() asks the
+    driver each time (~6 us a batch on the H100 host), so only is_initialized() is asked."""
+    from lotus.dataloader.gpu import CudaProbe
+
+    class _NotYet(_FakeCuda):
+        initialized = False
+
+        @staticmethod
+        def is_available():
+            raise AssertionError("is_available() asked per batch")
+
+        @classmethod
+        def is_initialized(cls):
+            return cls.initialized
+
+    sink = _Sink()
+    probe = CudaProbe(sink)
+    probe._cuda = _NotYet
+    for b in range(3):
+        probe.request()
+        probe.got(b)
+    assert not probe.active and not probe._pending  # no events before CUDA is initialised
+    _NotYet.initialized = True
+    probe.request()
+    probe.got(3)
+    assert probe.active and [p[:2] for p in probe._pending] == [(S.EV_GPU_WAIT, 3)]
+
+
 def test_probe_is_freed_without_the_cycle_collector(tmp_path, monkeypatch):
     """No reference cycle may hold CUDA events: a forked worker would destroy them while collecting
     garbage inherited from its parent (seen on a GPU box: cudaErrorInitializationError, worker abort)."""
