@@ -134,7 +134,7 @@ class _FakeEvent:
         self.t = None
         self.done = False
 
-    def record(self):
+    def record(self, stream=None):
         _FakeEvent.clock += 1
         self.t = _FakeEvent.clock
 
@@ -158,6 +158,10 @@ class _FakeCuda:
     @staticmethod
     def is_initialized():
         return True
+
+    @staticmethod
+    def current_stream():
+        return "stream"
 
 
 class _Sink:
@@ -194,6 +198,28 @@ def test_cuda_probe_never_blocks_and_resolves_in_order():
     probe.finish()
     probe.close()  # blocks only here, at exit
     assert (S.EV_GPU_STEP, 2) in [(r[0], r[3]) for r in sink.rows]
+
+
+def test_probe_makes_the_stream_object_again_only_when_the_current_stream_changes():
+    from lotus.dataloader.gpu import CudaProbe
+
+    made = []
+
+    class _Cuda(_FakeCuda):
+        @staticmethod
+        def current_stream():
+            made.append(1)
+            return f"stream{len(made)}"
+
+    probe = CudaProbe(_Sink())
+    probe._cuda = _Cuda
+    key = ["s0"]
+    probe._stream_key = lambda: key[0]
+    assert [probe._stream() for _ in range(3)] == ["stream1"] * 3
+    key[0] = "s1"  # the loop switched streams (torch.cuda.stream(...)) or devices
+    assert [probe._stream() for _ in range(2)] == ["stream2"] * 2
+    probe._stream_key = lambda: 1 / 0  # the private call failed: the public one from now on
+    assert probe._stream() == "stream3" and probe._stream_key is None and probe._stream() == "stream4"
 
 
 def test_probe_waiting_for_cuda_asks_only_whether_it_is_initialised():

@@ -38,6 +38,14 @@ def test_iterator_attributes_exist_on_a_live_iterator():
         it._shutdown_workers()
 
 
+def test_cuda_stream_key_is_what_current_stream_reads():
+    assert compat.cuda_stream_key is not None, "torch._C._cuda_getCurrentStream/_cuda_getDevice moved"
+    if not torch.cuda.is_available():
+        return
+    s = torch.cuda.current_stream()
+    assert compat.cuda_stream_key() == (s.stream_id, s.device_index, s.device_type)
+
+
 def test_worker_loop_arguments():
     params = list(inspect.signature(compat.worker_loop).parameters)
     pos = compat.worker_arg_positions()

@@ -30,6 +30,16 @@ ResumeIteration = _data_utils.worker._ResumeIteration
 IterableDatasetStopIteration = _data_utils.worker._IterableDatasetStopIteration
 ExceptionWrapper = torch._utils.ExceptionWrapper
 
+def _cuda_stream_key():
+    """(stream id, device index, device type) of the current CUDA stream: what ``torch.cuda.current_stream()``
+    reads, without making its Stream object (lotus.dataloader.gpu caches that while the key is the same)."""
+    return _C._cuda_getCurrentStream(_C._cuda_getDevice())
+
+
+_C = torch._C
+cuda_stream_key = _cuda_stream_key if hasattr(_C, "_cuda_getCurrentStream") and hasattr(_C, "_cuda_getDevice") \
+    else None
+
 # The function torch's pin-memory thread applies to each batch.
 pin_memory = _data_utils.pin_memory.pin_memory
 
