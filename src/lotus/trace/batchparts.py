@@ -4,7 +4,8 @@
 one event of each kind of :data:`~lotus.trace.batches._PARTS` (the first of duplicates, with a
 warning) and the sums of :data:`~lotus.trace.batches._SUMS` (collate and put times; collate's largest
 ``arg`` as the sample count). :class:`BatchParts` accumulates exactly those values while the chunks go
-by, in dense arrays per (rank, loader, epoch) indexed by batch id, a sentinel (the dtype's minimum)
+by, in dense arrays per (rank, loader, epoch) indexed by batch id (on disk, :mod:`lotus.trace.spill`:
+the pages a chunk touched are dropped after it), a sentinel (the dtype's minimum)
 where a kind was not seen; a column exists only once an event fills it. Timestamps are int64; the
 other columns (durations, flags, ids) start as int32 and become int64 when a value needs it.
 :meth:`BatchParts.finish` turns them into a :class:`lotus.trace.batchtable.BatchTable`, one column at

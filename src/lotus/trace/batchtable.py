@@ -12,6 +12,10 @@ About 90 bytes per batch on a typical trace instead of ~250.
 The summaries that ``lotus analyze stats|wait|verdict`` print are computed from these arrays
 (:mod:`lotus.analysis.compact`); :meth:`BatchTable.frame` builds the full DataFrame, identical to the
 in-memory path's, for everything else (:class:`lotus.analysis.runs.Config` does it on first use).
+
+The columns of a scanned run are on disk (:mod:`lotus.trace.spill`); the summaries read them as
+:meth:`BatchTable.views` of :data:`ROWS` rows, whose pages are dropped after each, so that their memory
+does not grow with the run.
 """
 
 from __future__ import annotations
