@@ -150,3 +150,15 @@ def test_full_disk_is_one_line(tmp_path, monkeypatch):
         with pytest.raises(spill.SpillError, match="no space left"):
             fl._write(np.zeros(3))
         assert fl._file is None
+
+
+def test_without_mmap_the_arrays_stay_in_memory_with_the_same_summaries(tmp_path, monkeypatch):
+    """A system whose C library has no mmap/madvise (spill._libc None): plain arrays, same results."""
+    run = _run("synth", tmp_path)
+    whole = _summaries(run, monkeypatch)
+    with monkeypatch.context() as m:
+        _small(m)
+        m.setattr(spill, "_libc", None)
+        cfg = load_config(run, engine="auto", summary_only=True)
+        assert len(cfg.table) > batchtable.ROWS and not spill.is_spilled(cfg.table.raw["prep_dur_ns"])
+        assert _summaries(run, m) == whole

@@ -12,7 +12,8 @@ is allocated in full first (``posix_fallocate``), so a full disk is a :class:`Sp
 the CLI), never a ``SIGBUS`` on a later write. Where: ``$LOTUS_SPILL_DIR``, else the temporary directory
 (``$TMPDIR``, ``/tmp``).
 
-Arrays smaller than :data:`MIN_BYTES` stay plain in-memory arrays (a mapping costs a page at least).
+Arrays smaller than :data:`MIN_BYTES` stay plain in-memory arrays (a mapping costs a page at least), and
+so do all of them where the C library has no ``mmap``/``madvise`` to call (not a POSIX system).
 """
 
 from __future__ import annotations
@@ -42,11 +43,22 @@ def spill_dir() -> str:
     return os.environ.get("LOTUS_SPILL_DIR") or tempfile.gettempdir()
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+def _load_libc():
+    """The C library's mmap/munmap/madvise, or None where there are none (then arrays stay in memory)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        mmap.MADV_DONTNEED  # noqa: B018 - present where madvise is
+    except (OSError, TypeError, AttributeError):
+        return None
+    return libc
+
+
+_libc = _load_libc()
 _FAILED = ctypes.c_void_p(-1).value
 
 
@@ -82,6 +94,8 @@ def _mapping(nbytes: int) -> _Map:
     try:
         os.unlink(path)
         try:
+            if not hasattr(os, "posix_fallocate"):  # (macOS): sparse, as below
+                raise OSError(errno.EOPNOTSUPP, "no posix_fallocate")
             os.posix_fallocate(fd, 0, nbytes)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -99,7 +113,7 @@ def array(n: int, dtype, fill=None) -> np.ndarray:
     """A 1-d array of ``n`` items of ``dtype`` on disk (module doc), filled with ``fill`` if given."""
     dtype = np.dtype(dtype)
     nbytes = n * dtype.itemsize
-    if nbytes < MIN_BYTES or nbytes == 0:
+    if nbytes < MIN_BYTES or nbytes == 0 or _libc is None:
         return np.empty(n, dtype) if fill is None else np.full(n, fill, dtype)
     mm = _mapping(nbytes)
     _maps.add(mm)
