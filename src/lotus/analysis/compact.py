@@ -6,15 +6,22 @@ Each function here is the twin of one in :mod:`lotus.analysis.stats`, :mod:`~lot
 through the same numpy reductions, so the results are identical to the DataFrame path's (sums of
 nanosecond integers are exact; percentiles, means and stds see the same float64 arrays; the pandas
 sorts are reproduced: ``sort_values`` of one column is numpy's quicksort with missing values last,
-several columns a stable lexsort). Memory: a few arrays of 8 bytes per batch at a time (rows are taken
-from the stored columns before they are widened to int64; at most ~60 bytes a batch of temporaries).
+several columns a stable lexsort).
+
+Memory flat in the number of batches (issue 17): the table is read a view of
+:data:`lotus.trace.batchtable.ROWS` rows at a time (its columns are on disk, :mod:`lotus.trace.spill`);
+whole-run statistics are computed from streams of values (:mod:`lotus.analysis.exactstats`: numpy's
+pairwise sums and exact percentiles, bit for bit); the wait summary replays one (rank, loader, epoch)
+at a time, so what it holds grows with the largest epoch of one loader, not with the run. The verdict's
+functions are in :mod:`lotus.analysis.compactverdict`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from lotus.analysis.stats import describe_ms, outlier_floor_ns
+from lotus.analysis.exactstats import Floats, describe, pairwise_sum, percentiles
+from lotus.analysis.stats import outlier_floor_ns
 
 GROUP = ["rank", "loader", "epoch"]
 
@@ -55,29 +62,67 @@ def _first_per_group(t, sel: np.ndarray, by: str) -> np.ndarray:
 
 
 # -- stats -------------------------------------------------------------------------------------------
-def prepared_rows(t, remove_outliers: bool = False):
-    """(rows, their prep_dur_ns as float64, dropped outlier rows): :func:`lotus.analysis.stats.prepared`
-    and :func:`~lotus.analysis.stats.split_outliers` on a table."""
+def _prep(v) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, their prep_dur_ns as float64) of a view: :func:`lotus.analysis.stats.prepared`."""
+    rows = np.flatnonzero(v.valid("prep_dur_ns") & ~v.failed())
+    return rows, v.values("prep_dur_ns", rows)[0].astype(np.float64)
+
+
+def _outlier_floor(t) -> float | None:
+    """:func:`lotus.analysis.stats.outlier_floor_ns` of the prepared batches' times."""
+    fl = Floats()
+    try:
+        for v in t.views():
+            fl.add(_prep(v)[1])
+        if fl.n < 4 or not fl.spilled:
+            return outlier_floor_ns(fl.array())
+        q1, q3 = percentiles(fl, [25, 75])
+        return float(q1 - 2 * (q3 - q1))
+    finally:
+        fl.close()
+
+
+def prepared_streams(t, remove_outliers: bool = False, by: str | None = None):
+    """({key: stream of prep times in ms}, dropped outlier rows): :func:`lotus.analysis.stats.prepared`
+    and :func:`~lotus.analysis.stats.split_outliers` on a table; key None without ``by``, else the
+    values of column ``by``."""
     from lotus.analysis.stats import _log
 
-    rows = np.flatnonzero(t.valid("prep_dur_ns") & ~t.failed())
-    vals = t.values("prep_dur_ns", rows)[0].astype(np.float64)
-    dropped = rows[:0]
-    floor = outlier_floor_ns(vals) if remove_outliers else None
-    if floor is not None:
-        low = vals < floor
-        if low.any():
-            _log.info("%d batch(es) below q1 - 2*IQR (%.1f ms) dropped as outliers", int(low.sum()), floor / 1e6)
-        rows, vals, dropped = rows[~low], vals[~low], rows[low]
-    return rows, vals, dropped
+    floor = _outlier_floor(t) if remove_outliers else None
+    streams: dict = {} if by is not None else {None: Floats()}
+    dropped = []
+    for v in t.views():
+        rows, vals = _prep(v)
+        if floor is not None:
+            low = vals < floor
+            if low.any():
+                dropped.append(rows[low] + v.offset)
+                rows, vals = rows[~low], vals[~low]
+        if by is None:
+            streams[None].add(vals / 1e6)
+            continue
+        key, ok = v.values(by, rows)
+        for k in np.unique(key[ok]).tolist():
+            streams.setdefault(k, Floats(limit=1 << 16)).add(vals[ok & (key == k)] / 1e6)
+    dropped = np.concatenate(dropped) if dropped else np.zeros(0, np.int64)
+    if len(dropped):
+        _log.info("%d batch(es) below q1 - 2*IQR (%.1f ms) dropped as outliers", len(dropped), floor / 1e6)
+    return streams, dropped
+
+
+def _described(fl: Floats) -> dict:
+    try:
+        return describe(fl)
+    finally:
+        fl.close()
 
 
 def config_stats(events, t, *, remove_outliers: bool = False) -> dict:
     from lotus.analysis.stats import op_stats
 
-    _, vals, dropped = prepared_rows(t, remove_outliers)
+    streams, dropped = prepared_streams(t, remove_outliers)
     return {
-        "batch_preprocessing_ms": describe_ms(vals),
+        "batch_preprocessing_ms": _described(streams[None]),
         "ops_ms": op_stats(events, exclude=t.key_frame(dropped) if len(dropped) else None),
         "outliers_removed": len(dropped),
         "outcomes": t.outcome_summary(),
@@ -85,11 +130,10 @@ def config_stats(events, t, *, remove_outliers: bool = False) -> dict:
 
 
 def preprocessing_stats(t, *, remove_outliers: bool = False, by: str | None = None) -> dict:
-    rows, vals, _ = prepared_rows(t, remove_outliers)
+    streams, _ = prepared_streams(t, remove_outliers, by)
     if by is None:
-        return describe_ms(vals)
-    key, ok = t.values(by, rows)
-    return {int(k): describe_ms(vals[ok & (key == k)]) for k in np.unique(key[ok]).tolist()}
+        return _described(streams[None])
+    return {int(k): _described(streams[k]) for k in sorted(streams)}
 
 
 # -- wait --------------------------------------------------------------------------------------------
@@ -102,12 +146,28 @@ def waited_rows(t):
     return sel[order], _starts(gid[order])
 
 
-def _hol(t, rows, starts):
+def _loop_rows(t) -> np.ndarray:
+    """Rows with a wait and a consumption, failed batches left out (key order)."""
+    return np.flatnonzero(t.valid("wait_dur_ns") & t.valid("consumed_ns") & ~t.failed())
+
+
+def _wait_base(t) -> int:
+    """The earliest wait start of the waited batches (their times are taken relative to it)."""
+    lows = []
+    for v in t.views():
+        ws, ok = v.values("wait_start_ns", _loop_rows(v))
+        if ok.any():
+            lows.append(ws[ok].min())
+    return int(np.array(lows, np.int64).min())  # none: numpy's error, as on the whole column
+
+
+def _hol(t, rows, starts, base: int | None = None):
     from lotus.analysis.wait import hol_arrays
 
-    ws_v, ws_ok = t.values("wait_start_ns", rows)
-    base = int(ws_v[ws_ok].min())
-    del ws_v, ws_ok
+    if base is None:
+        ws_v, ws_ok = t.values("wait_start_ns", rows)
+        base = int(ws_v[ws_ok].min())
+        del ws_v, ws_ok
     ws = _f64(t, "wait_start_ns", rows, base)
     wd = _f64(t, "wait_dur_ns", rows)
     ready = _f64(t, "arrive_ns", rows, base)
@@ -117,22 +177,62 @@ def _hol(t, rows, starts):
 
 
 def _delay(t):
-    return describe_ms(_f64(t, "delay_ns", np.flatnonzero(~t.failed())))
+    fl = Floats()
+    for v in t.views():
+        d = _f64(v, "delay_ns", np.flatnonzero(~v.failed()))
+        fl.add(d[~np.isnan(d)] / 1e6)
+    return _described(fl)
+
+
+def _nan0(a: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(a), 0.0, a)
+
+
+def _sum(fl: Floats) -> np.float64:
+    return pairwise_sum(fl.read, 0, fl.n, fl.chunk)
 
 
 def wait_stats(t) -> dict:
-    from lotus.analysis.wait import summary_of
+    from lotus.analysis.wait import MS, summary_dict
 
     delay = _delay(t)  # first: its temporaries are gone before the head-of-line arrays are made
-    rows, starts = waited_rows(t)
-    consumed = int((t.valid("consumed_ns") & ~t.failed()).sum())
-    if len(rows) == 0:
+    n = sum(len(_loop_rows(v)) for v in t.views())
+    if n == 0:
         why = ("no main-process wait events (an original log before SBatchWait, or worker files only)"
                if len(t) else "no batches")
-        return {"known": False, "reason": why, "batches": consumed, "delay_ms": delay}
-    wd, blocked, ooo = _hol(t, rows, starts)
-    b, b_ok = t.values("buffered", rows)
-    return summary_of(wd, b_ok & (b != 0), blocked, ooo, delay)
+        return {"known": False, "reason": why, "batches": consumed_count(t), "delay_ms": delay}
+    base = _wait_base(t)
+    wait_ns, wait_ms, blocked_ns, saved = Floats(), Floats(), Floats(), Floats()
+    counts = np.zeros(5, np.int64)  # buffered, <= 1 ms, > 1 ms, > 500 ms (not buffered); blocked batches
+    try:
+        for _, lo, hi in t.group_spans():  # one (rank, loader, epoch) at a time, in consumption order
+            v = t.view(lo, hi)
+            sel = _loop_rows(v)
+            if not len(sel):
+                continue
+            rows = sel[np.argsort(v.values("consumed_ns", sel)[0], kind="stable")]
+            wd, blocked, ooo = _hol(v, rows, np.zeros(1, np.int64), base)
+            b, b_ok = v.values("buffered", rows)
+            buf = b_ok & (b != 0)
+            counts += [buf.sum(), (~buf & (wd <= MS)).sum(), (~buf & (wd > MS)).sum(),
+                       (~buf & (wd > 500 * MS)).sum(), (blocked > 0).sum()]
+            wait_ns.add(_nan0(wd))  # pandas' sums (summary_of): NaN counts as 0
+            wait_ms.add(wd[~np.isnan(wd)] / 1e6)
+            blocked_ns.add(_nan0(blocked))
+            saved.add(_nan0(wd - ooo))
+            del v, rows, wd, blocked, ooo, b, b_ok, buf
+            t.release()
+        buckets = {k: float(c / n) for k, c in zip(("buffered", "up_to_1ms", "over_1ms", "over_500ms"),
+                                                   counts[:4], strict=True)}
+        return summary_dict(n, buckets, describe(wait_ms), delay, float(_sum(wait_ns)), _sum(blocked_ns),
+                            int(counts[4]), max(0.0, float(_sum(saved))))
+    finally:
+        for fl in (wait_ns, wait_ms, blocked_ns, saved):
+            fl.close()
+
+
+def consumed_count(t) -> int:
+    return sum(int((v.valid("consumed_ns") & ~v.failed()).sum()) for v in t.views())
 
 
 def wait_table(t, *, sort: str = "batch_id"):
@@ -148,101 +248,3 @@ def wait_table(t, *, sort: str = "batch_id"):
         "worker_id": _f64(t, "worker_id", rows), "wait_ms": wd / MS, "buffered": b_ok & (b != 0),
         "delay_ms": _f64(t, "delay_ns", rows) / MS, "hol_blocked_ms": blocked / MS,
     }), sort)
-
-
-# -- verdict -----------------------------------------------------------------------------------------
-def _loop_rows(t) -> np.ndarray:
-    """Rows with a wait and a consumption, failed batches left out (key order)."""
-    return np.flatnonzero(t.valid("wait_dur_ns") & t.valid("consumed_ns") & ~t.failed())
-
-
-def loop_spans(t):
-    import pandas as pd
-
-    from lotus.analysis.diagnosis import LOOP_SPAN_COLUMNS, with_span_shares
-
-    sel = _loop_rows(t)
-    if not len(sel):
-        return pd.DataFrame(columns=LOOP_SPAN_COLUMNS)
-    gid = t.group_ids(sel)
-    starts = _starts(gid)
-    ws, ws_ok = t.values("wait_start_ns", sel)
-    out = pd.DataFrame({
-        **{c: t.keys[gid[starts], i] for i, c in enumerate(GROUP)},
-        "batches": np.diff(np.append(starts, len(sel))),
-        "start_ns": np.minimum.reduceat(np.where(ws_ok, ws, np.iinfo(np.int64).max), starts),
-        "end_ns": np.maximum.reduceat(t.values("consumed_ns", sel)[0], starts),
-        "wait_ns": np.add.reduceat(t.values("wait_dur_ns", sel)[0], starts),
-    })
-    return with_span_shares(out)
-
-
-def startup_wait_ns(t) -> float:
-    sel = _loop_rows(t)
-    if not len(sel):
-        return 0.0
-    return float(t.values("wait_dur_ns", _first_per_group(t, sel, "consumed_ns"))[0].sum())
-
-
-def first_batch_wait_ns(t) -> float:
-    ok = ~t.failed()
-    if not ok.any():
-        return 0.0
-    ep = t.keys[:, 2]  # per group (groups are not empty): the epochs after the first with a batch not failed
-    first = ep[np.logical_or.reduceat(ok, np.r_[0, np.cumsum(t.counts)[:-1]])].min()
-    sel = np.flatnonzero(ok & t.valid("wait_dur_ns") & np.repeat(ep > first, t.counts))
-    if not len(sel):
-        return 0.0
-    return float(t.values("wait_dur_ns", _first_per_group(t, sel, "consumed_ns"))[0].sum())
-
-
-def _epoch_spans(t) -> dict[tuple[int, int, int], float]:
-    """``epoch_spans`` of :mod:`lotus.analysis.diagnosis`: (rank, loader, epoch) -> span ns (float)."""
-    sel = np.flatnonzero(~t.failed())
-    if not len(sel):
-        return {}
-    start = np.fmin(np.fmin(_f64(t, "dispatch_ns", sel), _f64(t, "wait_start_ns", sel)), _f64(t, "prep_start_ns", sel))
-    end = np.fmax(_f64(t, "consumed_ns", sel), _f64(t, "prep_end_ns", sel))
-    gid = t.group_ids(sel)
-    starts = _starts(gid)
-    span = np.fmax.reduceat(end, starts) - np.fmin.reduceat(start, starts)
-    return {tuple(int(x) for x in t.keys[g]): float(s) for g, s in zip(gid[starts], span, strict=True)}
-
-
-def worker_utilisation(t):
-    import pandas as pd
-
-    from lotus.analysis.diagnosis import UTILISATION_COLUMNS, utilisation_of
-
-    rows = np.flatnonzero(t.valid("prep_dur_ns") & ~t.failed())
-    if not len(rows):
-        return pd.DataFrame(columns=UTILISATION_COLUMNS)
-    spans = _epoch_spans(t)
-    w, w_ok = t.values("worker_id", rows)
-    w = np.where(w_ok, w, -1)
-    del w_ok
-    gid = t.group_ids(rows)
-    # by (rank, worker_id, loader, epoch): groups are in (rank, loader, epoch) order, so within a rank
-    # the group id orders (loader, epoch) alike; the same stable sort with one key less
-    order = np.lexsort((gid, w, t.keys[gid, 0]))
-    rows, w, gid = rows[order], w[order], gid[order]
-    del order
-    new = np.zeros(len(rows), bool)
-    new[0] = True
-    new[1:] = (w[1:] != w[:-1]) | (gid[1:] != gid[:-1])
-    starts = np.flatnonzero(new)
-    del new
-    g = gid[starts]
-    per_epoch = pd.DataFrame({"rank": t.keys[g, 0], "worker_id": w[starts], "loader": t.keys[g, 1],
-                              "epoch": t.keys[g, 2]})
-    per_epoch["batches"] = np.diff(np.append(starts, len(rows)))
-    per_epoch["busy_ns"] = pd.array(np.add.reduceat(t.values("prep_dur_ns", rows)[0], starts), dtype="Int64")
-    return utilisation_of(per_epoch, spans)
-
-
-def prep_total_ns(t) -> float:
-    return float(int(t.values("prep_dur_ns", np.flatnonzero(t.valid("prep_dur_ns") & ~t.failed()))[0].sum()) or 0)
-
-
-def consumed_count(t) -> int:
-    return int((t.valid("consumed_ns") & ~t.failed()).sum())

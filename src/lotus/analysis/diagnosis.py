@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from lotus.analysis import compact
+from lotus.analysis import compact, compactverdict
 from lotus.analysis.stats import (
     PER_BATCH_OPS,
     _excluded_keys,
@@ -68,7 +68,7 @@ def loop_spans(batches):
     import pandas as pd
 
     if compact.is_table(batches):
-        return compact.loop_spans(batches)
+        return compactverdict.loop_spans(batches)
     batches = ok_batches(batches)
     ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
     b = batches[ok]
@@ -115,7 +115,7 @@ def worker_utilisation(batches):
     import pandas as pd
 
     if compact.is_table(batches):
-        return compact.worker_utilisation(batches)
+        return compactverdict.worker_utilisation(batches)
     b = prepared(batches)
     if b.empty:
         return pd.DataFrame(columns=UTILISATION_COLUMNS)
@@ -141,7 +141,7 @@ def utilisation_of(per_epoch, spans):
 def slowest_ops(events, batches) -> list[dict]:
     """Parts of preprocessing by total time (largest first): name, calls, mean ms, total s, share."""
     if compact.is_table(batches):
-        prep_total = compact.prep_total_ns(batches)
+        prep_total = compactverdict.prep_total_ns(batches)
     else:
         prep_total = float(prepared(batches)["prep_dur_ns"].sum(skipna=True) or 0)
     durations = None
@@ -228,7 +228,7 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
 def _startup_wait_ns(batches) -> float:
     """Wait for the first batch handed out in each (rank, loader, epoch): start-up, not steady state."""
     if compact.is_table(batches):
-        return compact.startup_wait_ns(batches)
+        return compactverdict.startup_wait_ns(batches)
     batches = ok_batches(batches)
     ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
     b = batches[ok]
@@ -243,7 +243,7 @@ def _first_batch_wait_ns(batches, spans) -> float:
     if spans.empty:
         return 0.0
     if compact.is_table(batches):
-        return compact.first_batch_wait_ns(batches)
+        return compactverdict.first_batch_wait_ns(batches)
     batches = ok_batches(batches)
     b = batches[(batches["wait_dur_ns"].notna() & (batches["epoch"] > batches["epoch"].min()))
                 .to_numpy(dtype=bool, na_value=False)]

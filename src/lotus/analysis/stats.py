@@ -39,16 +39,25 @@ PER_BATCH_OPS = ("collate",)  # recorded for every batch, whatever the detail bu
 def describe_ms(values_ns) -> dict[str, float | int | None]:
     """Statistics (ms) of durations in ns; NaN/NA values are ignored. Empty input: count 0, rest None."""
     arr = np.asarray(values_ns, dtype=np.float64)
-    arr = arr[~np.isnan(arr)] / 1e6
+    return describe_clean(arr[~np.isnan(arr)] / 1e6)
+
+
+def describe_clean(arr: np.ndarray) -> dict[str, float | int | None]:
+    """:func:`describe_ms` of values already in ms, without NaN."""
     if arr.size == 0:
         return {k: (0 if k == "count" else None) for k in STAT_KEYS}
-    p25, median, p75, p90, p99 = np.percentile(arr, [25, 50, 75, 90, 99])
-    mean = float(arr.mean())
-    std = float(arr.std())
+    return stat_dict(arr.size, arr.sum(), arr.mean(), arr.std(), arr.min(), arr.max(),
+                     np.percentile(arr, [25, 50, 75, 90, 99]))
+
+
+def stat_dict(count: int, total, mean, std, lo, hi, pcts) -> dict[str, float | int | None]:
+    """The statistics' dict from numpy's results (``pcts``: the 25th, 50th, 75th, 90th, 99th percentiles)."""
+    p25, median, p75, p90, p99 = pcts
+    mean, std = float(mean), float(std)
     return {
-        "count": int(arr.size), "sum": float(arr.sum()), "mean": mean, "std": std,
+        "count": int(count), "sum": float(total), "mean": mean, "std": std,
         "std_pct": float(std / mean * 100) if mean else None,
-        "min": float(arr.min()), "max": float(arr.max()), "median": float(median),
+        "min": float(lo), "max": float(hi), "median": float(median),
         "p25": float(p25), "p75": float(p75), "iqr": float(p75 - p25), "p90": float(p90), "p99": float(p99),
     }
 

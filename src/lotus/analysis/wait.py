@@ -216,18 +216,24 @@ def summary_of(wd: np.ndarray, buf: np.ndarray, blocked: np.ndarray, ooo: np.nda
     # Series, not one DataFrame: the same sums, without copying the three columns into one block
     hol = {"wait_ns": pd.Series(wd, copy=False), "hol_blocked_ns": pd.Series(blocked, copy=False),
            "wait_in_order_false_ns": pd.Series(ooo, copy=False)}
-    total_wait = float(hol["wait_ns"].sum())
-    saving = max(0.0, float((hol["wait_ns"] - hol["wait_in_order_false_ns"]).sum()))
+    return summary_dict(len(wd), _buckets(wd, buf), describe_ms(wd), delay_ms, float(hol["wait_ns"].sum()),
+                        hol["hol_blocked_ns"].sum(), int((hol["hol_blocked_ns"] > 0).sum()),
+                        max(0.0, float((hol["wait_ns"] - hol["wait_in_order_false_ns"]).sum())))
+
+
+def summary_dict(n: int, buckets: dict, wait_ms: dict, delay_ms: dict, total_wait: float, blocked_ns,
+                 blocked_batches: int, saving: float) -> dict:
+    """:func:`summary_of`'s dict from its sums (also made from streams: :func:`lotus.analysis.compact.wait_stats`)."""
     return {
         "known": True,
-        "batches": len(wd),
-        "buckets": _buckets(wd, buf),
-        "wait_ms": describe_ms(wd),
+        "batches": n,
+        "buckets": buckets,
+        "wait_ms": wait_ms,
         "delay_ms": delay_ms,
         "head_of_line": {
-            "blocked_ms": float(hol["hol_blocked_ns"].sum() / MS),
-            "blocked_batches": int((hol["hol_blocked_ns"] > 0).sum()),
-            "blocked_share_of_wait": float(hol["hol_blocked_ns"].sum() / total_wait) if total_wait else 0.0,
+            "blocked_ms": float(blocked_ns / MS),
+            "blocked_batches": blocked_batches,
+            "blocked_share_of_wait": float(blocked_ns / total_wait) if total_wait else 0.0,
             "in_order_false_saving_ms": saving / MS,
             "in_order_false_saving_share": saving / total_wait if total_wait else 0.0,
         },

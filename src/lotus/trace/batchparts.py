@@ -4,7 +4,8 @@
 one event of each kind of :data:`~lotus.trace.batches._PARTS` (the first of duplicates, with a
 warning) and the sums of :data:`~lotus.trace.batches._SUMS` (collate and put times; collate's largest
 ``arg`` as the sample count). :class:`BatchParts` accumulates exactly those values while the chunks go
-by, in dense arrays per (rank, loader, epoch) indexed by batch id, a sentinel (the dtype's minimum)
+by, in dense arrays per (rank, loader, epoch) indexed by batch id (on disk, :mod:`lotus.trace.spill`:
+the pages a chunk touched are dropped after it), a sentinel (the dtype's minimum)
 where a kind was not seen; a column exists only once an event fills it. Timestamps are int64; the
 other columns (durations, flags, ids) start as int32 and become int64 when a value needs it.
 :meth:`BatchParts.finish` turns them into a :class:`lotus.trace.batchtable.BatchTable`, one column at
@@ -30,6 +31,7 @@ import logging
 import numpy as np
 
 from lotus.trace import schema as S
+from lotus.trace import spill
 from lotus.trace.batches import _PARTS, _SUMS
 
 _log = logging.getLogger("lotus.trace")
@@ -54,6 +56,16 @@ class SparseBatchIds(Exception):
 
 def sentinel(dtype) -> int:
     return int(np.iinfo(dtype).min)
+
+
+def _widen_spilled(a: np.ndarray) -> np.ndarray:
+    """:func:`widen` of a group's column, on disk, a slice at a time."""
+    out = spill.array(len(a), np.int64)
+    step = 1 << 19
+    for i in range(0, len(a), step):
+        out[i: i + step] = widen(a[i: i + step])
+        spill.drop(out, a)
+    return out
 
 
 def widen(a: np.ndarray) -> np.ndarray:
@@ -104,10 +116,8 @@ class BatchParts:
                 raise SparseBatchIds(f"batch id {need - 1} of rank {key[0]}, loader {key[1]}, epoch {key[2]}")
             self.slots += cap - g["cap"]
             for name, a in list(g.items()):
-                if name != "cap":  # one column at a time: the growth costs one column more, not the group
-                    b = np.full(cap, sentinel(a.dtype), a.dtype)
-                    b[: g["cap"]] = a
-                    g[name] = b
+                if name != "cap":  # one column at a time, on disk (lotus.trace.spill)
+                    g[name] = spill.copy_of(a, n=cap, fill=sentinel(a.dtype))
             g["cap"] = cap
         return g
 
@@ -115,7 +125,7 @@ class BatchParts:
     def _col(g, name) -> np.ndarray:
         if name not in g:
             dtype = np.int64 if name in TIMES else np.uint8 if name == SEEN else np.int32
-            g[name] = np.full(g["cap"], sentinel(dtype), dtype)
+            g[name] = spill.array(g["cap"], dtype, sentinel(dtype))
         return g[name]
 
     def _put(self, g, name, idx, values) -> None:
@@ -124,7 +134,7 @@ class BatchParts:
         if a.dtype == np.int32 and len(values):
             v = np.asarray(values)
             if int(v.min()) <= I32.min or int(v.max()) > I32.max:
-                a = g[name] = widen(a)
+                a = g[name] = _widen_spilled(a)
         a[idx] = values
 
     def add(self, rank: int, code, bid, loader, epoch, fields: dict) -> None:
@@ -132,6 +142,7 @@ class BatchParts:
         maps a source column (worker_id, pid, start_ns, dur_ns, arg) to its values (an array over the
         rows, or a scalar)."""
         self.events += len(code)
+        touched: list[dict] = []
         pair = loader.astype(np.int64) << 32 | (epoch.astype(np.int64) & 0xFFFFFFFF)
         for c in np.unique(code).tolist():
             kind = self.kind_of_code[c]
@@ -143,6 +154,8 @@ class BatchParts:
                 key = (rank, int(loader[sel[0]]), int(epoch[sel[0]]))
                 ids = bid[sel].astype(np.int64)
                 g = self._group(key, int(ids.max()) + 1)
+                if not any(g is x for x in touched):
+                    touched.append(g)
                 val = {f: (v[sel] if isinstance(v, np.ndarray) else v) for f, v in fields.items()}
                 if kind in self.seen_bit:  # nothing kept but that it was seen (and its duplicates counted)
                     self._seen(g, kind, ids)
@@ -169,6 +182,9 @@ class BatchParts:
                         top = widen(self._col(g, "_collate_n")[u])
                         np.maximum.at(top, inv, np.broadcast_to(val["arg"], ids.shape))
                         self._put(g, "_collate_n", u, top)
+
+        for g in touched:  # what this chunk touched of the groups' columns goes back to the page cache
+            spill.drop(*(a for name, a in g.items() if name != "cap"))
 
     def _seen(self, g, kind, ids) -> None:
         seen, bit = self._col(g, SEEN), self.seen_bit[kind]
@@ -204,41 +220,10 @@ class BatchParts:
             if self.duplicates.get(kind):
                 _log.warning("%s: %d duplicate '%s' events for the same batch key ignored", self.where,
                              self.duplicates[kind], kind)
-        from lotus.trace.original import release_freed_memory
+        from lotus.trace.tablebuild import build
 
         keys = sorted(self.groups)
-        seen = []  # per group: which slots are keys (a bool a slot, not an index)
-        for k in keys:
-            g = self.groups[k]
-            s = np.zeros(g["cap"], bool)
-            for name, a in g.items():
-                if name not in ("cap", "_collate_n"):
-                    s |= a != sentinel(a.dtype)
-            seen.append(s)
-            g.pop(SEEN, None)
-        counts = np.array([int(s.sum()) for s in seen], np.int64)
-        top = max((int(np.flatnonzero(s)[-1]) for s in seen if s.any()), default=0)
-        bid = np.zeros(int(counts.sum()), np.int32 if top <= I32.max else np.int64)
-        pos = 0
-        for s, n in zip(seen, counts.tolist(), strict=True):
-            bid[pos: pos + n] = np.flatnonzero(s)
-            pos += n
-        raw = {}
-        for name in COLUMNS:  # one column at a time, the groups' arrays of it freed as it is made
-            have = [self.groups[k][name].dtype for k in keys if name in self.groups[k]]
-            if not have:
-                continue
-            dtype = np.int64 if np.int64 in have else np.int32
-            out = np.full(len(bid), sentinel(dtype), dtype)
-            pos = 0
-            for k, s, n in zip(keys, seen, counts.tolist(), strict=True):
-                a = self.groups[k].pop(name, None)
-                if a is not None:
-                    out[pos: pos + n] = (widen(a) if dtype == np.int64 else a)[s]
-                pos += n
-                del a
-            raw[name] = out
-            release_freed_memory()  # glibc would keep the groups' arrays (they are not all mmapped)
+        counts, bid, raw = build(self.groups, keys, COLUMNS)
         self.groups = {}
         table = BatchTable(np.array(keys, np.int64).reshape(-1, 3), counts, bid, raw, attrs)
         table.partial = self.columns is not None

@@ -12,6 +12,10 @@ About 90 bytes per batch on a typical trace instead of ~250.
 The summaries that ``lotus analyze stats|wait|verdict`` print are computed from these arrays
 (:mod:`lotus.analysis.compact`); :meth:`BatchTable.frame` builds the full DataFrame, identical to the
 in-memory path's, for everything else (:class:`lotus.analysis.runs.Config` does it on first use).
+
+The columns of a scanned run are on disk (:mod:`lotus.trace.spill`); the summaries read them as
+:meth:`BatchTable.views` of :data:`ROWS` rows, whose pages are dropped after each, so that their memory
+does not grow with the run.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from lotus.trace import schema as S
+from lotus.trace import spill
 
 _I32_MIN, _I64_MIN = int(np.iinfo(np.int32).min), int(np.iinfo(np.int64).min)
 _KEY = ("rank", "loader", "epoch", "batch_id")
+ROWS = 1 << 19  # rows of a view (views(): the summaries read the table this many rows at a time)
 _BATCH_ROW_COLUMNS = ("_fetch_flags", "consumed_ns", "_arrive_flags", "_exhausted_worker", "dispatch_worker",
                       "dispatch_ns")
 
@@ -45,6 +51,44 @@ class BatchTable:
         self.any_keys = len(keys) > 0  # any batch-level event at all (else the empty frame of no events)
         self._failed = None  # failed(), once asked for
         self.partial = False  # only the summaries' columns were kept (BatchParts(columns=...)): no frame()
+        self.first_group = 0  # of a view: the index in its table's keys of its first group
+        self.offset = 0  # of a view: its first row's index in its table
+
+    def view(self, lo: int, hi: int) -> BatchTable:
+        """Rows ``lo:hi`` as a table (the columns are slices: no copy; its groups are the groups those
+        rows belong to, cut to them)."""
+        ends = np.cumsum(self.counts)
+        g0 = int(np.searchsorted(ends, lo, side="right"))
+        g1 = int(np.searchsorted(ends, hi, side="left")) + 1 if hi > lo else g0
+        starts = ends - self.counts
+        counts = np.minimum(ends[g0:g1], hi) - np.maximum(starts[g0:g1], lo)
+        v = BatchTable(self.keys[g0:g1], counts, self.batch_id[lo:hi], {c: a[lo:hi] for c, a in self.raw.items()},
+                       self.attrs)
+        v.partial, v.first_group, v.offset = self.partial, self.first_group + g0, self.offset + lo
+        v.any_keys = self.any_keys
+        return v
+
+    def views(self, rows: int | None = None):
+        """The table as views of ``rows`` (:data:`ROWS`) rows, in order; the spilled columns' pages are
+        dropped after each (:func:`lotus.trace.spill.trim`)."""
+        step = ROWS if rows is None else rows
+        for lo in range(0, len(self), step):
+            yield self.view(lo, min(len(self), lo + step))
+            self.release()
+
+    def release(self) -> None:
+        """Drop what was read of the spilled columns from the resident set (:func:`lotus.trace.spill.drop`)."""
+        spill.drop(self.batch_id, *self.raw.values())
+
+    def group_spans(self):
+        """(group index, first row, end row) of every group."""
+        ends = np.cumsum(self.counts).tolist()
+        return [(g, e - n, e) for g, (e, n) in enumerate(zip(ends, self.counts.tolist(), strict=True))]
+
+    def failed_rows(self) -> np.ndarray:
+        """Indices of the failed batches (a view at a time)."""
+        parts = [np.flatnonzero(v.failed()) + v.offset - self.offset for v in self.views()]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def __len__(self) -> int:
         return len(self.batch_id)
@@ -68,13 +112,7 @@ class BatchTable:
 
         # the rule is row by row: only keys neither fetched nor consumed, or exhausted, can be anything but a
         # batch or count in attrs; batch_rows sees those (usually none) and the others are batches
-        look = ~(self.valid("_fetch_flags") | self.valid("consumed_ns"))
-        look |= self.valid("_exhausted_worker")
-        if "_arrive_flags" in self.raw:  # valid (the sentinel is negative), positive, the flag set
-            f = self.raw["_arrive_flags"]
-            look |= (f > 0) & ((f & S.ARRIVE_EXHAUSTED) != 0)
-            del f
-        look = np.flatnonzero(look)
+        look = np.concatenate([np.zeros(0, np.int64), *(v.look_rows() + v.offset - self.offset for v in self.views())])
         cols = {"rank": self.values("rank", look)[0]}
         for c in _BATCH_ROW_COLUMNS:
             if c in self.raw:
@@ -82,18 +120,44 @@ class BatchTable:
                 cols[c] = pd.arrays.IntegerArray(v, ~ok)
         sub, counted = batch_rows(pd.DataFrame(cols, copy=False), self.attrs.get("path", "trace"))
         del cols
-        row = np.ones(len(self), bool)
-        row[look] = sub
         self.attrs.update(counted)
-        if not row.all():
-            self.counts = np.bincount(self.group_ids()[row], minlength=len(self.keys)).astype(np.int64)
-            self.batch_id = self.batch_id[row]
-            self._failed = None
-            for c in list(self.raw):
-                self.raw[c] = self.raw[c][row]
+        drop = look[~sub]
+        if len(drop):
+            self._drop(drop)
         keep = self.counts > 0
         self.keys, self.counts = self.keys[keep], self.counts[keep]
         return self
+
+    def look_rows(self) -> np.ndarray:
+        """Rows that may not be batches (only_batches)."""
+        look = ~(self.valid("_fetch_flags") | self.valid("consumed_ns"))
+        look |= self.valid("_exhausted_worker")
+        if "_arrive_flags" in self.raw:  # valid (the sentinel is negative), positive, the flag set
+            f = self.raw["_arrive_flags"]
+            look |= (f > 0) & ((f & S.ARRIVE_EXHAUSTED) != 0)
+        return np.flatnonzero(look)
+
+    def _drop(self, drop: np.ndarray) -> None:
+        """Leave out the rows ``drop`` (sorted indices), a view at a time (spilled columns stay spilled)."""
+        self.counts = self.counts - np.bincount(self.group_ids(drop), minlength=len(self.keys)).astype(np.int64)
+        n = len(self) - len(drop)
+        bounds = [(v.offset, v.offset + len(v)) for v in self.views()]
+        cols = {"batch_id": self.batch_id, **self.raw}
+        for c, a in cols.items():
+            out = spill.array(n, a.dtype) if spill.is_spilled(a) else np.empty(n, a.dtype)
+            pos = 0
+            for lo, hi in bounds:
+                d = drop[(drop >= lo) & (drop < hi)] - lo
+                keep = np.ones(hi - lo, bool)
+                keep[d] = False
+                part = a[lo:hi][keep]
+                out[pos: pos + len(part)] = part
+                pos += len(part)
+                spill.drop(a, out)
+            cols[c] = out
+        self.batch_id = cols.pop("batch_id")
+        self.raw = cols
+        self._failed = None
 
     def has(self, name: str) -> bool:
         return name in self.raw
@@ -161,7 +225,7 @@ class BatchTable:
         """:func:`lotus.trace.batches.outcome_summary` of the table."""
         from lotus.trace.batches import outcomes_of
 
-        f = np.flatnonzero(self.failed())
+        f = self.failed_rows()
         w, ok = self.values("worker_id", f)
         return outcomes_of(len(self), self.values("rank", f)[0].tolist(), np.where(ok, w, -1).tolist(), self.attrs)
 
