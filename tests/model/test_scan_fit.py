@@ -162,3 +162,21 @@ def test_pooled_dist_is_numpys(monkeypatch):
     assert Pooled(parts).n > exactstats.CHUNK
     assert dist_of(parts) == want
     assert dist_of([(None, 1.0), (parts[1][0], 1.37)]) == Dist.of_ns(parts[1][0] / 1.37)
+
+
+def test_batch_rows_dense_and_sorted(monkeypatch):
+    """The direct lookup matches what np.searchsorted on the sorted keys matches (the DataFrame path's)."""
+    rng = np.random.default_rng(2)
+    rank, epoch = rng.integers(0, 3, 400), rng.integers(0, 4, 400)
+    keys = np.unique(sd.batch_keys(rank, epoch, rng.integers(0, 300, 400)))
+    rng.shuffle(keys)
+    ev = np.r_[keys, sd.batch_keys(rng.integers(-1, 4, 3000), rng.integers(-1, 5, 3000), rng.integers(-2, 400, 3000))]
+    order = np.argsort(keys)
+    pos = np.searchsorted(keys, ev, sorter=order).clip(0, len(keys) - 1)
+    want = np.where(keys[order[pos]] == ev, order[pos], -1)
+    dense = sd.BatchRows(keys)
+    assert dense.groups is not None and np.array_equal(dense(ev), want)
+    assert np.array_equal(dense(ev[:50]), want[:50]) and np.array_equal(dense(ev[:0]), want[:0])
+    monkeypatch.setattr(sd, "DENSE_SLOTS", -len(keys))
+    sparse = sd.BatchRows(keys)
+    assert sparse.groups is None and np.array_equal(sparse(ev), want)

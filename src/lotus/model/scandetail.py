@@ -105,13 +105,57 @@ class FirstReads:
                        n_first, n_re)
 
 
+class BatchRows:
+    """The row of a batch key (:func:`batch_keys`) among ``keys``, or -1: ``np.searchsorted`` on the sorted
+    keys, as :func:`lotus.model.detail.detail_of_events` matches them; where the batch ids of each (rank,
+    epoch) are dense (at most :data:`DENSE_SLOTS` more slots than keys), a direct lookup in one array of
+    rows per (rank, epoch) instead (the same matches: a packed key is its high 32 bits, rank and epoch,
+    and its low 32 bits, the batch id)."""
+
+    def __init__(self, keys: np.ndarray):
+        self.order = np.argsort(keys)
+        self.sorted = keys[self.order]
+        self.nb = len(keys)
+        hi = self.sorted >> 32
+        cuts = np.r_[0, np.flatnonzero(np.diff(hi)) + 1, self.nb]
+        lo = self.sorted & 0xFFFFFFFF  # ascending within a group
+        first, last = lo[cuts[:-1]], lo[cuts[1:] - 1]
+        sizes = last - first + 1
+        self.groups: dict[int, tuple[int, int, int]] | None = None  # high bits -> (offset, first id, slots)
+        if int(sizes.sum()) <= self.nb + DENSE_SLOTS:
+            offsets = np.r_[0, np.cumsum(sizes)[:-1]]
+            self.slots = np.full(int(sizes.sum()), -1, np.int64)
+            for g, (a, b) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)):
+                self.slots[offsets[g] + lo[a:b] - first[g]] = self.order[a:b]
+            self.groups = {int(h): (int(o), int(f), int(n)) for h, o, f, n in
+                           zip(hi[cuts[:-1]].tolist(), offsets.tolist(), first.tolist(), sizes.tolist(), strict=True)}
+
+    def __call__(self, ek: np.ndarray) -> np.ndarray:
+        if self.groups is None:
+            pos = np.searchsorted(self.sorted, ek).clip(0, self.nb - 1)
+            return np.where(self.sorted[pos] == ek, self.order[pos], -1)
+        row = np.full(len(ek), -1, np.int64)
+        if not len(ek):
+            return row
+        hi, lo = ek >> 32, ek & 0xFFFFFFFF
+        one = hi[0] == hi[-1] and bool((hi == hi[0]).all())
+        for h in ([int(hi[0])] if one else np.unique(hi).tolist()):
+            g = self.groups.get(h)
+            if g is None:
+                continue
+            at = None if one else np.flatnonzero(hi == h)
+            idx = (lo if at is None else lo[at]) - g[1]
+            inr = np.flatnonzero((idx >= 0) & (idx < g[2]))
+            row[inr if at is None else at[inr]] = self.slots[g[0] + idx[inr]]
+        return row
+
+
 class _Pass:
     """What one pass over the files accumulates (module doc)."""
 
     def __init__(self, keys: np.ndarray, loader: int):
-        self.keys, self.loader, self.nb = keys, loader, len(keys)
-        self.order = np.argsort(keys)
-        self.sorted = keys[self.order]
+        self.loader, self.nb = loader, len(keys)
+        self.rows = BatchRows(keys)
         self.first: dict[int, int] = {}  # code -> first event of the loader (global index in file order)
         self.sums: dict[int, np.ndarray] = {}
         self.counts: dict[int, np.ndarray] = {}
@@ -130,20 +174,22 @@ class _Pass:
         if not len(sel):
             return
         c = code[sel]
-        for k in np.flatnonzero(np.bincount(c)).tolist():
+        present = np.flatnonzero(np.bincount(c)).tolist()
+        for k in present:
             if k not in self.first:
                 self.first[k] = base + int(sel[np.argmax(c == k)])
         w = sel[self.want[c]]
         if not len(w):
             return
+        row = self.rows(batch_keys(fs.consts["rank"], arr["epoch"][w], arr["batch_id"][w]))
+        ok = np.flatnonzero(row >= 0)
+        w, row = w[ok], row[ok]
         cw = code[w]
-        ek = batch_keys(fs.consts["rank"], arr["epoch"][w], arr["batch_id"][w])
-        pos = np.searchsorted(self.sorted, ek).clip(0, self.nb - 1)
-        ok = self.sorted[pos] == ek
-        row = self.order[pos]
         dur = arr["dur_ns"][w]
-        for k in np.unique(cw[ok]).tolist():
-            m = ok & (cw == k)
+        for k in (k for k in present if self.want[k]):
+            m = np.flatnonzero(cw == k)
+            if not len(m):
+                continue
             r, d = row[m], dur[m]
             if k in _SUMMED:
                 self._sum(k, r, d)
@@ -152,11 +198,12 @@ class _Pass:
             elif k not in (S.EV_SAMPLE, S.EV_TRANSFORM):  # load, collate and the ops
                 self.streams.setdefault(k, Floats()).add(d.astype(np.float64))
             if k == S.EV_LOAD:
-                sample = arr["sample"][w][m]
-                known = sample >= 0
-                if known.any():
-                    start = arr["start_ns"][w][m] + fs.shift
-                    self.reads.add(sample[known], start[known], r[known], d[known])
+                at = w[m]
+                sample = arr["sample"][at]
+                known = np.flatnonzero(sample >= 0)
+                if len(known):
+                    start = arr["start_ns"][at[known]] + fs.shift
+                    self.reads.add(sample[known], start, r[known], d[known])
 
     def _sum(self, k: int, r: np.ndarray, d: np.ndarray) -> None:
         if k not in self.sums:
@@ -211,4 +258,4 @@ def detail_of_scan(engine, keys: np.ndarray, loader: int) -> Detail:
     return p.detail(list(acc.names), list(acc.cats))
 
 
-__all__ = ["DENSE_SLOTS", "FirstReads", "detail_of_scan"]
+__all__ = ["DENSE_SLOTS", "BatchRows", "FirstReads", "detail_of_scan"]
