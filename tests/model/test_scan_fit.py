@@ -6,6 +6,7 @@ per-batch arrays, with every size forced small so that the chunked, spilled code
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from lotus.analysis import exactstats
@@ -31,6 +32,7 @@ def _small(m) -> None:
     m.setattr(spill, "MIN_BYTES", 0)
     m.setattr(scan, "CHUNK_RECORDS", 97)  # chunk boundaries inside batches (the memory path reads alike)
     m.setattr(events, "_CHUNK_RECORDS", 97)
+    m.setattr(sd, "SLICE_ROWS", 13)
 
 
 def _model(runs, engine, monkeypatch):
@@ -86,10 +88,19 @@ def _runs(kind, tmp_path):
             write_native(tmp_path / name, PipelineSpec(n_batches=30, batch_size=4, n_workers=nw, epochs=1,
                                                        seed=3, cpus=cpus))
         return [tmp_path / "a", tmp_path / "b"]
+    if kind == "two-loaders":  # a validation loader beside the main one; loads of unknown samples
+        write_native(tmp_path / "s1", PipelineSpec(n_batches=20, batch_size=4, n_workers=2, epochs=2, seed=4))
+        ev = load_events(tmp_path / "s1")
+        val = ev[(ev["batch_id"].to_numpy() < 6) & (ev["batch_id"].to_numpy() >= 0)].copy()
+        val["loader"] = 1
+        ev = pd.concat([ev, val], ignore_index=True).sort_values(["pid", "start_ns"], kind="stable")
+        unknown = (ev["name"].to_numpy() == "load") & (ev["sample"].to_numpy() % 7 == 0)
+        ev.loc[unknown, "sample"] = -1
+        return [native_from_events(ev, tmp_path / "two")]
     return [_budget_run(tmp_path)]
 
 
-@pytest.mark.parametrize("kind", ["synth", "outcome", "real", "pooled",
+@pytest.mark.parametrize("kind", ["synth", "outcome", "real", "pooled", "two-loaders",
                                   pytest.param("budget", marks=pytest.mark.detail_budget)])
 def test_scanned_run_same_model(kind, tmp_path, monkeypatch):
     runs = _runs(kind, tmp_path)
@@ -103,8 +114,10 @@ def test_scanned_run_same_model(kind, tmp_path, monkeypatch):
         streams = [s for o in small[1] for s in o.op_ns.values()]
         assert streams and any(s.spilled for s in streams)
         _same(small, mem)
-    if kind == "synth":
+    if kind in ("synth", "two-loaders"):
         assert all(o.reread is not None and o.first_reads.sum() > 0 for o in mem[1])
+    if kind == "two-loaders":
+        assert load_run(runs[0]).batches["loader"].nunique() == 2
     if kind == "budget":
         b = load_run(runs[0]).batches
         assert 0 < b["detail"].mean() < 1

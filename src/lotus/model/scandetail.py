@@ -37,6 +37,7 @@ from lotus.trace import schema as S
 
 _log = logging.getLogger("lotus.model")
 DENSE_SLOTS = 1 << 24  # sample ids below this are kept in dense arrays (more if the loads seen are many)
+SLICE_ROWS = 1 << 17  # records of a chunk handled at once
 _NONE = np.iinfo(np.int64).max
 _SUMMED = {S.EV_SAMPLE: "sample", S.EV_LOAD: "load", S.EV_TRANSFORM: "transform"}
 
@@ -170,20 +171,25 @@ class _Pass:
         self.want = want
 
     def chunk(self, arr, code, fs, base: int) -> None:
-        sel = np.flatnonzero(arr["loader"].astype(np.int64) + fs.loader_offset == self.loader)
-        if not len(sel):
+        mine = arr["loader"].astype(np.int64) + fs.loader_offset == self.loader
+        every = bool(mine.all())  # as usual, one loader: no gathers of the loader's events
+        sel = None if every else np.flatnonzero(mine)
+        if sel is not None and not len(sel):
             return
-        c = code[sel]
+        c = code if every else code[sel]
         present = np.flatnonzero(np.bincount(c)).tolist()
         for k in present:
             if k not in self.first:
-                self.first[k] = base + int(sel[np.argmax(c == k)])
-        w = sel[self.want[c]]
+                self.first[k] = base + int(np.argmax(c == k) if every else sel[np.argmax(c == k)])
+        want = self.want[c]
+        w = np.flatnonzero(want) if every else sel[want]
         if not len(w):
             return
         row = self.rows(batch_keys(fs.consts["rank"], arr["epoch"][w], arr["batch_id"][w]))
-        ok = np.flatnonzero(row >= 0)
-        w, row = w[ok], row[ok]
+        ok = row >= 0
+        if not ok.all():
+            ok = np.flatnonzero(ok)
+            w, row = w[ok], row[ok]
         cw = code[w]
         dur = arr["dur_ns"][w]
         for k in (k for k in present if self.want[k]):
@@ -200,10 +206,13 @@ class _Pass:
             if k == S.EV_LOAD:
                 at = w[m]
                 sample = arr["sample"][at]
-                known = np.flatnonzero(sample >= 0)
-                if len(known):
-                    start = arr["start_ns"][at[known]] + fs.shift
-                    self.reads.add(sample[known], start, r[known], d[known])
+                known = sample >= 0
+                if not known.all():
+                    known = np.flatnonzero(known)
+                    if not len(known):
+                        continue
+                    at, sample, r, d = at[known], sample[known], r[known], d[known]
+                self.reads.add(sample, arr["start_ns"][at] + fs.shift, r, d)
 
     def _sum(self, k: int, r: np.ndarray, d: np.ndarray) -> None:
         if k not in self.sums:
@@ -252,7 +261,8 @@ def detail_of_scan(engine, keys: np.ndarray, loader: int) -> Detail:
         for arr, code, fs in _chunks(path, engine.offsets, engine.loader_offsets.get(path, 0), acc.code):
             if len(p.want) != len(acc.names):
                 p.refresh(acc.cats)
-            p.chunk(arr, code, fs, base)
+            for i in range(0, len(arr), SLICE_ROWS):  # in slices: their temporaries stay small
+                p.chunk(arr[i: i + SLICE_ROWS], code[i: i + SLICE_ROWS], fs, base + i)
             base += len(arr)
     _log.debug("%s: per-sample detail of %d events read in chunks", getattr(engine, "paths", ["run"])[0], base)
     return p.detail(list(acc.names), list(acc.cats))
