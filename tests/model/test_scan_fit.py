@@ -193,3 +193,14 @@ def test_batch_rows_dense_and_sorted(monkeypatch):
     monkeypatch.setattr(sd, "DENSE_SLOTS", -len(keys))
     sparse = sd.BatchRows(keys)
     assert sparse.groups is None and np.array_equal(sparse(ev), want)
+
+
+def test_fit_scan_keeps_no_op_stats(tmp_path, monkeypatch):
+    """The model's scan skips the per-op statistics it does not read; asking the engine for them raises."""
+    run = tmp_path / "s"
+    write_native(run, PipelineSpec(n_batches=10, batch_size=2, n_workers=2, seed=1))
+    monkeypatch.setenv("LOTUS_ENGINE", "scan")
+    eng = op_engine(load_run(run).events)
+    assert not eng.op_stats
+    with pytest.raises(RuntimeError, match="no per-op statistics"):
+        eng.op_table()

@@ -46,10 +46,11 @@ def load_run(path: str | os.PathLike, cache_state: str | None = None) -> RunTrac
     the scan threshold is read by the out-of-core engine, as the analyses read it
     (:func:`lotus.analysis.runs.load_config` with ``engine="auto"``, ``$LOTUS_ENGINE``): its events hold no
     per-sample events, which :func:`~lotus.model.observation.observe` then reads from the files in chunks
-    (:mod:`lotus.model.scandetail`); the batches DataFrame is built whole (O(batches))."""
+    (:mod:`lotus.model.scandetail`; the scan keeps no per-op statistics: the fit does not read them);
+    the batches DataFrame is built whole (O(batches))."""
     from lotus.analysis.runs import load_config
 
-    cfg = load_config(path, engine="auto")
+    cfg = load_config(path, engine="auto", op_stats=False)
     return RunTrace(cfg.events, cfg.batches, cfg.loaders, name=cfg.name, cache_state=cache_state)
 
 
