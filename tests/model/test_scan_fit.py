@@ -204,3 +204,19 @@ def test_fit_scan_keeps_no_op_stats(tmp_path, monkeypatch):
     assert not eng.op_stats
     with pytest.raises(RuntimeError, match="no per-op statistics"):
         eng.op_table()
+
+
+def test_whatif_with_cache_on_a_scanned_run(tmp_path, monkeypatch):
+    """lotus whatif's tables, the cache what-if included (it reads every event of a scanned run), are the
+    in-memory path's."""
+    from lotus.model.report import whatif
+
+    run = tmp_path / "s"
+    write_native(run, PipelineSpec(n_batches=20, batch_size=4, n_workers=2, epochs=2, seed=9, cpus=4))
+    out = {}
+    for engine in ("memory", "scan"):
+        monkeypatch.setenv("LOTUS_ENGINE", engine)
+        w = whatif(run, workers=[1, 2], cpus=[2.0, 4.0], cache_gb=[0.001], dataset_bytes=1e6)
+        assert w.cache is not None
+        out[engine] = dumps(w.to_dict())
+    assert out["scan"] == out["memory"]
