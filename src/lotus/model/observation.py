@@ -3,6 +3,10 @@
 The model describes one DataLoader: the run's main loader (the one that handed out the most batches;
 a validation loader is left out). Failed batches and exhausted fetches are not batches
 (:func:`lotus.trace.batches.ok_batches`); their per-sample events are dropped with them.
+
+The per-sample and op events come from the events DataFrame (:func:`lotus.model.detail.detail_of_events`)
+or, for a run read by the out-of-core engine (its events carry an ``op_engine`` and no per-sample
+events), from the trace files in chunks (:func:`lotus.model.scandetail.detail_of_scan`): the same values.
 """
 
 from __future__ import annotations

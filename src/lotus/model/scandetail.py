@@ -7,7 +7,9 @@ durations, the dispatch durations and which loads were first reads of their samp
 the files (:func:`lotus.trace.scan._chunks`: the chunks, in the order, of :func:`lotus.trace.load_events`)
 computes them with what :func:`lotus.model.detail.detail_of_events` gives on the whole DataFrame:
 
-* events are matched to batches exactly as there (the same packed keys, ``np.searchsorted``);
+* events are matched to batches exactly as there (the same packed keys; :class:`BatchRows`: a direct
+  lookup per (rank, epoch) where the batch ids are dense, ``np.searchsorted`` otherwise), the chunks
+  handled :data:`SLICE_ROWS` records at a time;
 * per-batch sums: float64 ``bincount`` of each chunk added up; durations are integers, so every partial
   sum is exact (below 2**53 ns, 104 days, a batch) and the result is the whole array's ``bincount``;
 * op durations: a :class:`lotus.analysis.exactstats.Floats` stream per op, in file order (the
@@ -20,8 +22,9 @@ computes them with what :func:`lotus.model.detail.detail_of_events` gives on the
   first reads and re-reads are integer sums divided by counts: numpy's ``mean`` of those durations
   while their total stays below 2**53 ns (104 days of load time), as every partial sum is then exact.
 
-Memory: O(batches) (five per-batch arrays, 40 bytes a batch, the model's own per-batch arrays are of
-that order) plus O(dataset) for the first reads, plus one chunk of records; nothing per event.
+Memory: O(batches) (sums and counts, the key lookup and the dispatches: ~80 bytes a batch; the model's
+own per-batch arrays are of that order) plus O(dataset) for the first reads, plus one chunk of records
+and a slice's temporaries; nothing per event (the op streams spill to disk past 512k values each).
 """
 
 from __future__ import annotations
