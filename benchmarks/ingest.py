@@ -17,6 +17,12 @@ peak resident memory of that subprocess (``ru_maxrss`` from ``os.wait4``), and t
 the number of events::
 
     python benchmarks/ingest.py --cli --events 10000000,30000000,100000000 --dir /tmp/lotus17 --repeat 3
+
+``--fit`` (with ``--cli``) measures instead the model's fitting, ``fit(load_run(RUN))`` (what ``lotus
+whatif`` and ``lotus tune`` start with), the same way; ``$LOTUS_BENCH_MODEL`` names a file for the
+fitted model's JSON (to compare engines or versions)::
+
+    python benchmarks/ingest.py --cli --fit --events 10000000,100000000 --epochs 10 --dir /tmp/lotus17
 """
 
 from __future__ import annotations
@@ -96,9 +102,8 @@ def cli_once(cmd: str, run: Path, engine: str) -> tuple[float, int]:
                "def _hwm():\n"
                "    kb = [int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM')][0]\n"
                "    open(os.environ['LOTUS_BENCH_HWM'], 'w').write(str(kb * 1024))\n"
-               "atexit.register(_hwm)\n"
-               "from lotus.cli import main\n"
-               "main()\n")
+               "atexit.register(_hwm)\n")
+        pre += _FIT if cmd == "fit" else "from lotus.cli import main\nmain()\n"
         t = time.perf_counter()
         p = subprocess.Popen([sys.executable, "-c", pre, "analyze", cmd, "-d", str(run)], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -110,6 +115,14 @@ def cli_once(cmd: str, run: Path, engine: str) -> tuple[float, int]:
     return dt, int(text) if text else usage.ru_maxrss * 1024
 
 
+_FIT = ("import sys\n"
+        "from lotus.model import fit, load_run\n"
+        "model = fit(load_run(sys.argv[4]))\n"
+        "if os.environ.get('LOTUS_BENCH_MODEL'):\n"
+        "    from lotus.analysis.jsonutil import dumps\n"
+        "    open(os.environ['LOTUS_BENCH_MODEL'], 'w').write(dumps(model.to_dict()))\n")
+
+
 def _generate(run: Path, n: int, epochs: int) -> None:
     """The synthetic run, written by a child process (so that this process stays small)."""
     code = ("import sys\nfrom lotus.trace.synthetic import spec_for_events, write_native\n"
@@ -118,7 +131,8 @@ def _generate(run: Path, n: int, epochs: int) -> None:
     subprocess.run([sys.executable, "-c", code, str(run), str(n), str(epochs)], check=True)
 
 
-def cli_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: int = 1) -> dict:
+def cli_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: int = 1,
+              commands=("stats", "verdict")) -> dict:
     rows = []
     print(f"{'events':>12} {'GiB':>6} {'command':8} {'median s':>9} {'peak MiB':>9}  engine={engine}")
     for n in sizes:
@@ -129,14 +143,14 @@ def cli_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: in
             with open(p, "rb") as f:
                 while f.read(1 << 24):
                     pass
-        for cmd in ("stats", "verdict"):
+        for cmd in commands:
             res = [cli_once(cmd, run, engine) for _ in range(repeat)]
             row = {"events": n, "bytes": size_of(run), "command": cmd, "seconds": statistics.median(r[0] for r in res),
                    "peak_bytes": max(r[1] for r in res), "runs": [r[0] for r in res]}
             rows.append(row)
             print(f"{n:>12,} {row['bytes'] / 2**30:>6.2f} {cmd:8} {row['seconds']:>9.2f} "
                   f"{row['peak_bytes'] / 2**20:>9.0f}")
-    for cmd in ("stats", "verdict"):
+    for cmd in commands:
         r = [x for x in rows if x["command"] == cmd]
         # the smallest size's peak is often the scan's fixed per-chunk memory: the last two sizes say more
         for a, b in sorted({(0, len(r) - 1), (max(len(r) - 2, 0), len(r) - 1)}):
@@ -154,6 +168,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", default="5000000", help="events (comma-separated sizes with --cli)")
     ap.add_argument("--cli", action="store_true", help="time `lotus analyze stats/verdict` end to end (see above)")
+    ap.add_argument("--fit", action="store_true", help="with --cli: time the model's fitting instead (see above)")
     ap.add_argument("--engine", default="auto", choices=["auto", "memory", "scan"], help="with --cli")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=1,
@@ -166,7 +181,7 @@ def main() -> None:
     if args.cli:
         try:
             print(json.dumps(cli_bench([int(x) for x in args.events.split(",")], root, args.repeat, args.engine,
-                                         args.epochs)))
+                                         args.epochs, ("fit",) if args.fit else ("stats", "verdict"))))
         finally:
             if ctx:
                 ctx.cleanup()

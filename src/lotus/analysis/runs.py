@@ -51,7 +51,7 @@ def _engine_for(run, engine: str) -> str:
     return "scan" if total > limit else "memory"
 
 
-def _config_of(run, engine: str, summary_only: bool = False) -> Config:
+def _config_of(run, engine: str, summary_only: bool = False, op_stats: bool = True) -> Config:
     from lotus.trace.events import events_of_run
 
     if _engine_for(run, engine) == "scan":
@@ -59,7 +59,7 @@ def _config_of(run, engine: str, summary_only: bool = False) -> Config:
         from lotus.trace.rescan import batches_of_scan
         from lotus.trace.scan import scan_run
 
-        events = scan_run(run, columns=SUMMARY_COLUMNS if summary_only else None)
+        events = scan_run(run, columns=SUMMARY_COLUMNS if summary_only else None, op_stats=op_stats)
         table = getattr(events.attrs["op_engine"], "batch_table", None)
         if table is not None:  # the DataFrame is made on first use of cfg.batches
             cfg = Config(name=run.name, path=run.path, events=events, batches=None, table=table)
@@ -168,8 +168,10 @@ def load_configs(data_dir: str | os.PathLike, *, engine: str = "memory") -> list
     return list(iter_configs(data_dir, engine=engine))
 
 
-def load_config(path: str | os.PathLike, *, engine: str = "memory", summary_only: bool = False) -> Config:
-    """Exactly one run (``path`` itself, or the only run below it); ``summary_only``: see :func:`iter_configs`."""
+def load_config(path: str | os.PathLike, *, engine: str = "memory", summary_only: bool = False,
+                op_stats: bool = True) -> Config:
+    """Exactly one run (``path`` itself, or the only run below it); ``summary_only``: see :func:`iter_configs`;
+    ``op_stats=False``: a scanned run keeps no per-op statistics (:func:`lotus.trace.scan.scan_run`)."""
     from lotus.trace.discover import find_run
 
-    return _config_of(find_run(path), engine, summary_only)
+    return _config_of(find_run(path), engine, summary_only, op_stats)

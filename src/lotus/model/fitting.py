@@ -34,6 +34,7 @@ from lotus.errors import InputError
 from lotus.model.observation import Observation, RunTrace, observe
 from lotus.model.params import Dist, Measured, PipelineModel
 from lotus.model.sim import CpuModel
+from lotus.model.streams import dist_of
 
 _log = logging.getLogger("lotus.model")
 REREAD_RATIO = 1.25  # first reads this much slower than re-reads: the first reads were cold
@@ -41,10 +42,15 @@ MIN_READS = 50
 
 
 def load_run(path: str | os.PathLike, cache_state: str | None = None) -> RunTrace:
-    """The :class:`RunTrace` of the run at ``path`` (one run directory)."""
+    """The :class:`RunTrace` of the run at ``path`` (one run directory). A run whose trace files exceed
+    the scan threshold is read by the out-of-core engine, as the analyses read it
+    (:func:`lotus.analysis.runs.load_config` with ``engine="auto"``, ``$LOTUS_ENGINE``): its events hold no
+    per-sample events, which :func:`~lotus.model.observation.observe` then reads from the files in chunks
+    (:mod:`lotus.model.scandetail`; the scan keeps no per-op statistics: the fit does not read them);
+    the batches DataFrame is built whole (O(batches))."""
     from lotus.analysis.runs import load_config
 
-    cfg = load_config(path)
+    cfg = load_config(path, engine="auto", op_stats=False)
     return RunTrace(cfg.events, cfg.batches, cfg.loaders, name=cfg.name, cache_state=cache_state)
 
 
@@ -139,8 +145,8 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         other_ns=pool(lambda o: o.other_ns), step_ns=step_ns, handoff_ns=handoff, dispatch_ns=dispatch,
         pin_ns=np.concatenate(pins) if pins else None)
     op_ms = {}
-    for name in dict.fromkeys(k for o in base for k in o.op_ns):
-        op_ms[name] = Dist.of_ns(pool(lambda o, k=name: o.op_ns.get(k, np.zeros(0))))
+    for name in dict.fromkeys(k for o in base for k in o.op_ns):  # durations: arrays or streams (scanned runs)
+        op_ms[name] = dist_of([(o.op_ns.get(name), o.summary.cpu_stretch) for o in base])
     src = next((o.step_source for o in base if o.step_source), None)
     epoch_batches, epoch_gap_per_worker_ms, epoch_gap0_ms, epoch_boot_ms = _epochs(base, obs[0].summary.batch_size)
     _log.debug("model of %d run(s): contention %.3g, cpu_fraction %.3g, cold load %s ms", len(obs), cpu.contention,

@@ -3,6 +3,10 @@
 The model describes one DataLoader: the run's main loader (the one that handed out the most batches;
 a validation loader is left out). Failed batches and exhausted fetches are not batches
 (:func:`lotus.trace.batches.ok_batches`); their per-sample events are dropped with them.
+
+The per-sample and op events come from the events DataFrame (:func:`lotus.model.detail.detail_of_events`)
+or, for a run read by the out-of-core engine (its events carry an ``op_engine`` and no per-sample
+events), from the trace files in chunks (:func:`lotus.model.scandetail.detail_of_scan`): the same values.
 """
 
 from __future__ import annotations
@@ -13,9 +17,8 @@ import numpy as np
 
 from lotus.errors import InputError
 from lotus.model import measures
+from lotus.model.detail import batch_keys, detail_of_events
 from lotus.model.params import RunSummary
-
-_NOT_OPS = {"sample", "transform"}
 
 
 @dataclass
@@ -43,7 +46,7 @@ class Observation:
     collate_ns: np.ndarray
     other_ns: np.ndarray
     first_reads: np.ndarray  # per batch: loads of samples read for the first time in the run
-    op_ns: dict[str, np.ndarray]
+    op_ns: dict  # op -> durations (ns): an array, or a lotus.analysis.exactstats.Floats stream (scanned run)
     step_ns: np.ndarray | None
     step_source: str | None
     handoff_ns: np.ndarray | None
@@ -69,10 +72,6 @@ def _f64(s) -> np.ndarray:
     return s.astype("Float64").to_numpy(np.float64, na_value=np.nan)
 
 
-def _keys(rank, epoch, batch) -> np.ndarray:
-    return (np.asarray(rank, np.int64) << 52) | (np.asarray(epoch, np.int64) << 32) | np.asarray(batch, np.int64)
-
-
 def main_loader(batches) -> int:
     counts = batches.groupby("loader").size()
     return int(counts.idxmax())
@@ -80,7 +79,7 @@ def main_loader(batches) -> int:
 
 def observe(run: RunTrace) -> Observation:
     """Per-batch costs of the run's main loader (raw wall times, ns) and what it measured."""
-    from lotus.analysis.stats import op_names
+    from lotus.analysis.stats import op_engine
     from lotus.trace.batches import ok_batches
 
     b = ok_batches(run.batches)
@@ -117,36 +116,15 @@ def observe(run: RunTrace) -> Observation:
         pf = 2
         notes.append(f"{run.name}: prefetch_factor unknown: torch's default 2 assumed")
 
-    # per-batch sums of per-sample events, matched on the batch key
-    keys = _keys(b["rank"], b["epoch"], b["batch_id"])
-    order = np.argsort(keys)
-    codes = np.asarray(ev["name"].array.codes)
-    labels = {str(c): i for i, c in enumerate(ev["name"].array.categories)}
-    ekeys = _keys(ev["rank"].to_numpy(), ev["epoch"].to_numpy(), ev["batch_id"].to_numpy())
-    dur = ev["dur_ns"].to_numpy()
+    # per-batch sums of per-sample events, op durations, dispatches and re-reads, matched on the batch key
+    keys = batch_keys(b["rank"], b["epoch"], b["batch_id"])
+    if op_engine(ev) is None:
+        d = detail_of_events(ev, keys)
+    else:  # a scanned run (lotus.trace.scan): its per-sample events are read from the files in chunks
+        from lotus.model.scandetail import detail_of_scan
 
-    def rows(name):
-        code = labels.get(name)
-        if code is None:
-            return None, None
-        m = np.flatnonzero(codes == code)
-        if m.size == 0:
-            return None, None
-        pos = np.searchsorted(keys, ekeys[m], sorter=order).clip(0, len(keys) - 1)
-        row = order[pos]
-        ok = keys[row] == ekeys[m]
-        return m[ok], row[ok]
-
-    def per_batch(name):
-        m, row = rows(name)
-        if m is None:
-            return None, None
-        return (np.bincount(row, weights=dur[m], minlength=len(b)),
-                np.bincount(row, minlength=len(b)))
-
-    s_sum, s_cnt = per_batch("sample")
-    l_sum, _l_cnt = per_batch("load")
-    t_sum, _ = per_batch("transform")
+        d = detail_of_scan(op_engine(ev), keys, loader)
+    s_sum, s_cnt, l_sum, _l_cnt, t_sum = d.sample_sum, d.sample_count, d.load_sum, d.load_count, d.transform_sum
     zeros = np.zeros(len(b))
     load = l_sum if l_sum is not None else zeros
     if l_sum is not None and "detail" in b:
@@ -166,28 +144,18 @@ def observe(run: RunTrace) -> Observation:
     items = np.where(items > 0, items, np.maximum(prep_f - collate, 0))
     other = np.maximum(prep_f - items - collate, 0)
 
-    op_ns = {}
-    for name in op_names(ev):
-        if name in _NOT_OPS:
-            continue
-        m, _row = rows(name)
-        if m is not None:
-            op_ns[name] = dur[m].astype(np.float64)
-
     step_ns, step_source = measures.steps(b)
     if step_ns is None:
         missing.append("the loop's step time (no step, wait or gpu_step events)")
     handoff = measures.handoff(b, nw, prep)
     if handoff is None:
         missing.append("the main process's hand-off time (no wait events)")
-    m, _ = rows("dispatch")
-    dispatch = dur[m].astype(np.float64) if m is not None else np.zeros(0)
     pin = _f64(b["pin_dur_ns"])
     pin = pin[np.isfinite(pin)] if np.isfinite(pin).any() else None
     start_lat, free_gap = measures.worker_latencies(b, have)
     queue = _f64(b["queue_ns"]) - np.nan_to_num(_f64(b["pin_dur_ns"]))
     arrive_lat = float(np.nanmedian(queue)) if np.isfinite(queue).any() else None
-    first_reads, reread = measures.rereads(ev, rows, dur, len(b))
+    first_reads, reread = d.first_reads, d.reread
     epoch_batches, epoch_gaps, epoch_boots = measures.epoch_restarts(b)
 
     busy = measures.busy_workers(b, have) if nw > 0 else 0.0
@@ -208,8 +176,8 @@ def observe(run: RunTrace) -> Observation:
         notes.append(f"{run.name}: the loader does not deliver in order; the model simulates in-order delivery")
     return Observation(
         summary=summary, n=n[have], prep_ns=prep[have], items_ns=items[have], load_ns=load[have],
-        collate_ns=collate[have], other_ns=other[have], first_reads=first_reads[have], op_ns=op_ns,
-        step_ns=step_ns, step_source=step_source, handoff_ns=handoff, dispatch_ns=dispatch, pin_ns=pin,
+        collate_ns=collate[have], other_ns=other[have], first_reads=first_reads[have], op_ns=d.op_ns,
+        step_ns=step_ns, step_source=step_source, handoff_ns=handoff, dispatch_ns=d.dispatch_ns, pin_ns=pin,
         start_latency_ns=start_lat, arrive_latency_ns=arrive_lat, free_gap_ns=free_gap, reread=reread,
         description=desc, epoch_batches=epoch_batches, epoch_gap_ns=epoch_gaps, epoch_boot_ns=epoch_boots,
         missing=missing, notes=notes)

@@ -257,8 +257,9 @@ def _hit_rates(run, dataset_bytes):
     if dataset_bytes is None:
         return None
     from lotus.model.cache import access_epochs, cache_hit_rates, steady_hit_rates
+    from lotus.model.detail import detail_events
 
-    epochs = access_epochs(run.events)
+    epochs = access_epochs(detail_events(run))
     if not epochs:
         return None
     n = max((d.get("dataset_len") or 0 for d in run.loaders.values() if isinstance(d, dict)), default=0) or None

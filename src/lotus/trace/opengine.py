@@ -27,6 +27,7 @@ class OpEngine:
         self.slot_codes = slot_codes
         self.moments = moments
         self.first = first  # code -> first row index in file order (the events DataFrame's order)
+        self.op_stats = True  # False: the scan kept no per-op statistics (scan_run(op_stats=False))
         self.by_epoch: dict[int, np.ndarray] = {}  # per-epoch op totals (set by scan_run)
         # the batch-level events folded by the scan (lotus.trace.batchparts); None where it kept them as rows
         self.batch_table = None  # their BatchTable
@@ -44,13 +45,19 @@ class OpEngine:
 
     __hash__ = object.__hash__
 
+    def _need_op_stats(self) -> None:
+        if not self.op_stats:
+            raise RuntimeError("this scan kept no per-op statistics (scan_run(op_stats=False)): scan again")
+
     def epoch_totals(self) -> dict[int, dict[str, float]]:
         """``{epoch: {op: total ns}}`` over every op event (failed/exhausted fetches included)."""
+        self._need_op_stats()
         return {e: {self.names[c]: float(row[k]) for k, c in enumerate(self.slot_codes) if k < len(row) and row[k]}
                 for e, row in sorted(self.by_epoch.items())}
 
     def op_order(self) -> list[str]:
         """Ops present, in pipeline order: load, transform ops by first occurrence, transform, sample, collate."""
+        self._need_op_stats()
         present = {self.names[c]: self.first[c] for c, k in zip(self.slot_codes, range(len(self.slot_codes)),
                                                               strict=True) if self.moments.n[k] > 0}
         ops = sorted((i, n) for n, i in present.items() if n not in OP_BUILTINS)
@@ -69,6 +76,7 @@ class OpEngine:
         """``{op: {count, sum_ns, mean_ns, std_ns, min_ns, max_ns, p25_ns, median_ns, p75_ns, p90_ns,
         p99_ns}}`` in pipeline order, without the events of the batch keys in ``exclude_keys`` (a frame
         with the columns rank, loader, epoch, batch_id); a second scan when there are some."""
+        self._need_op_stats()
         m = self.moments
         if exclude_keys is not None and len(exclude_keys):
             from lotus.trace.rescan import rescan_ops

@@ -136,7 +136,7 @@ def _legacy_fetch(arr, code):
     return code, arg, int(legacy.sum())
 
 
-def scan_run(run: Run, columns=None):
+def scan_run(run: Run, columns=None, op_stats: bool = True):
     """The events DataFrame of ``run`` without per-sample detail, with an :class:`OpEngine` in its
     ``attrs["op_engine"]`` (see the module doc). The batch-level events are folded into the engine's
     ``batch_parts`` (:mod:`lotus.trace.batchparts`) rather than kept as rows, unless their batch ids are
@@ -146,15 +146,15 @@ def scan_run(run: Run, columns=None):
     if run.original:
         raise InputError("original LotusTrace logs are read in memory (lotus.trace.load_events)", run.path)
     try:
-        return _scan(run, fold=True, columns=columns)
+        return _scan(run, fold=True, columns=columns, op_stats=op_stats)
     except SparseBatchIds as exc:
         _log.info("%s: %s: batch ids too sparse to fold; scanning again with every batch-level event kept",
                   run.path, exc)
         release_freed_memory()
-        return _scan(run, fold=False)
+        return _scan(run, fold=False, op_stats=op_stats)
 
 
-def _scan(run: Run, fold: bool, columns=None):
+def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True):
     from lotus.trace.events import _Acc, _warn_missing_ranks, clock_offsets, loader_offsets
 
     acc = _Acc()
@@ -206,7 +206,7 @@ def _scan(run: Run, fold: bool, columns=None):
                 n_legacy += _keep(acc, parts, arr, code, idx[i: i + KEEP_ROWS], fs, lookups)
             slot = slot_of[code]
             ops = np.flatnonzero(slot >= 0)
-            if len(ops):
+            if len(ops) and op_stats:
                 sl, dur, ep = slot[ops], arr["dur_ns"][ops], arr["epoch"][ops]
                 sums = moments.add(sl, dur, len(slot_codes))
                 _epoch_sums(by_epoch, ep, sl, dur, len(slot_codes), sums)
@@ -235,6 +235,7 @@ def _scan(run: Run, fold: bool, columns=None):
     df = _frame(acc, run)
     engine = df.attrs["op_engine"] = OpEngine(good, offsets, per_process, names, slot_codes, moments, first)
     engine.by_epoch = by_epoch
+    engine.op_stats = op_stats
     df.attrs["engine"] = "scan"
     if fold:
         engine.folded_extent, engine.fetch_counts = parts.extent, parts.fetches
