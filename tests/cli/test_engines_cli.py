@@ -8,7 +8,7 @@ import pytest
 
 from tests.cli.conftest import run
 
-SAME_TEXT = [("analyze", "verdict"), ("analyze", "wait"), ("analyze", "gpu")]
+SAME_TEXT = [("analyze", "verdict"), ("analyze", "wait"), ("analyze", "gpu"), ("analyze", "throughput")]
 
 
 def both(monkeypatch, *args):
@@ -23,6 +23,21 @@ def both(monkeypatch, *args):
 def test_same_output(cmd, synth_epochs, monkeypatch):
     a, b = both(monkeypatch, *cmd, "-d", synth_epochs)
     assert a == b
+
+
+@pytest.mark.parametrize("cmd", SAME_TEXT)
+def test_commands_take_the_scan_engine_when_told(cmd, synth_epochs, monkeypatch):
+    """LOTUS_ENGINE=scan stands for a run over the scan threshold: each of these commands must read it
+    with the scan engine (a command left on the memory engine loads every event of a day-long run:
+    `analyze throughput` did, 7.6 GiB at 100M events)."""
+    from lotus.analysis import runs
+
+    seen = []
+    engine_for = runs._engine_for
+    monkeypatch.setattr(runs, "_engine_for", lambda run_, engine: seen.append(engine_for(run_, engine)) or seen[-1])
+    monkeypatch.setenv("LOTUS_ENGINE", "scan")
+    run(*cmd, "-d", synth_epochs)
+    assert seen and set(seen) == {"scan"}
 
 
 def test_diff_same(synth_epochs, straggler_run, monkeypatch):
