@@ -8,7 +8,7 @@ import pytest
 
 from tests.cli.conftest import run
 
-SAME_TEXT = [("analyze", "verdict"), ("analyze", "wait"), ("analyze", "gpu"), ("analyze", "throughput")]
+SAME_TEXT = [("analyze", "verdict"), ("analyze", "wait"), ("analyze", "gpu"), ("analyze", "throughput"), ("info",)]
 
 
 def both(monkeypatch, *args):
@@ -38,6 +38,12 @@ def test_commands_take_the_scan_engine_when_told(cmd, synth_epochs, monkeypatch)
     monkeypatch.setenv("LOTUS_ENGINE", "scan")
     run(*cmd, "-d", synth_epochs)
     assert seen and set(seen) == {"scan"}
+
+
+def test_info_json_same(synth_epochs, straggler_run, monkeypatch):
+    for r in (synth_epochs, straggler_run):
+        a, b = both(monkeypatch, "info", "-d", r, "--json")
+        assert a == b and '"event_counts"' in a
 
 
 def test_diff_same(synth_epochs, straggler_run, monkeypatch):

@@ -6,7 +6,9 @@ import numpy as np
 
 
 def run_info(events, batches=None) -> dict:
-    """Summary of one run's events DataFrame (``events.attrs["files"]`` lists the files read)."""
+    """Summary of one run's events DataFrame (``events.attrs["files"]`` lists the files read). A scanned
+    run's events hold no per-sample detail: its counts, span, ranks and epochs come from the scan's
+    census of every record (:class:`lotus.trace.census.Census`), the same figures."""
     files = []
     for f in events.attrs.get("files", []):
         files.append({k: f.get(k) for k in ("path", "format", "role", "pid", "rank", "worker_id", "events",
@@ -15,21 +17,29 @@ def run_info(events, batches=None) -> dict:
     for f in events.attrs.get("files", []):
         for key, desc in (f.get("loaders") or {}).items():
             loaders[f"r{f.get('rank', 0)}/loader{key}"] = desc
-    counts = events["name"].value_counts(sort=False)
-    start = events["start_ns"].to_numpy()
-    end = start + events["dur_ns"].to_numpy()
-    span = {"start_ns": int(start.min()), "end_ns": int(end.max()),
-            "duration_s": float(int(end.max()) - int(start.min())) / 1e9} if len(events) else None
+    census = getattr(events.attrs.get("op_engine"), "census", None)
+    if census is not None:
+        lo, hi, n = census.start_ns, census.end_ns, census.events()
+        ranks, epochs = sorted(census.ranks), sorted(census.epochs)
+        counts = census.by_label([str(c) for c in events["name"].cat.categories])
+    else:
+        n = len(events)
+        start = events["start_ns"].to_numpy()
+        end = start + events["dur_ns"].to_numpy()
+        lo, hi = (int(start.min()), int(end.max())) if n else (None, None)
+        ranks = sorted(int(r) for r in np.unique(events["rank"].to_numpy()))
+        epochs = sorted(int(e) for e in np.unique(events["epoch"].to_numpy()))
+        counts = {str(k): int(v) for k, v in events["name"].value_counts(sort=False).items() if v > 0}
     out = {
         "run": events.attrs.get("run"),
         "path": events.attrs.get("path"),
         "files": files,
         "loaders": loaders,
-        "ranks": sorted(int(r) for r in np.unique(events["rank"].to_numpy())),
-        "epochs": sorted(int(e) for e in np.unique(events["epoch"].to_numpy())),
-        "events": len(events),
-        "span": span,
-        "event_counts": {str(k): int(v) for k, v in counts.items() if v > 0},
+        "ranks": ranks,
+        "epochs": epochs,
+        "events": n,
+        "span": {"start_ns": lo, "end_ns": hi, "duration_s": float(hi - lo) / 1e9} if n else None,
+        "event_counts": counts,
         "unclean_files": sum(1 for f in files if f["clean_close"] is False),
     }
     if batches is not None:

@@ -51,7 +51,8 @@ def _engine_for(run, engine: str) -> str:
     return "scan" if total > limit else "memory"
 
 
-def _config_of(run, engine: str, summary_only: bool = False, op_stats: bool = True) -> Config:
+def _config_of(run, engine: str, summary_only: bool = False, op_stats: bool = True, census: bool = False
+               ) -> Config:
     from lotus.trace.events import events_of_run
 
     if _engine_for(run, engine) == "scan":
@@ -59,7 +60,7 @@ def _config_of(run, engine: str, summary_only: bool = False, op_stats: bool = Tr
         from lotus.trace.rescan import batches_of_scan
         from lotus.trace.scan import scan_run
 
-        events = scan_run(run, columns=SUMMARY_COLUMNS if summary_only else None, op_stats=op_stats)
+        events = scan_run(run, columns=SUMMARY_COLUMNS if summary_only else None, op_stats=op_stats, census=census)
         table = getattr(events.attrs["op_engine"], "batch_table", None)
         if table is not None:  # the DataFrame is made on first use of cfg.batches
             cfg = Config(name=run.name, path=run.path, events=events, batches=None, table=table)
@@ -137,12 +138,13 @@ def config_from_events(events, name: str | None = None, path: str | os.PathLike 
                   batches=batches_from_events(events))
 
 
-def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary_only: bool = False
-                 ) -> Iterator[Config]:
+def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary_only: bool = False,
+                 census: bool = False) -> Iterator[Config]:
     """Configs under ``data_dir`` one at a time (only one run's DataFrames in memory at once).
     ``engine``: see the module doc (a scanned run's ``events`` holds no per-sample events).
     ``summary_only``: a scanned run's table keeps only what ``lotus analyze stats|wait|verdict``
-    read (``cfg.batches`` then costs another scan).
+    read (``cfg.batches`` then costs another scan). ``census``: a scanned run also counts every record
+    (``events.attrs["op_engine"].census``, for ``lotus info``).
 
     Raises :class:`InputError` for a missing directory or one without any trace file; a run that
     cannot be read is skipped with a warning.
@@ -153,7 +155,7 @@ def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary
     yielded = 0
     for run in runs:
         try:
-            cfg = _config_of(run, engine, summary_only)
+            cfg = _config_of(run, engine, summary_only, census=census)
         except InputError as exc:
             _log.warning("%s; run %s skipped", exc, run.name)
             continue
@@ -169,9 +171,10 @@ def load_configs(data_dir: str | os.PathLike, *, engine: str = "memory") -> list
 
 
 def load_config(path: str | os.PathLike, *, engine: str = "memory", summary_only: bool = False,
-                op_stats: bool = True) -> Config:
+                op_stats: bool = True, census: bool = False) -> Config:
     """Exactly one run (``path`` itself, or the only run below it); ``summary_only``: see :func:`iter_configs`;
-    ``op_stats=False``: a scanned run keeps no per-op statistics (:func:`lotus.trace.scan.scan_run`)."""
+    ``op_stats=False``: a scanned run keeps no per-op statistics (:func:`lotus.trace.scan.scan_run`);
+    ``census``: see :func:`iter_configs`."""
     from lotus.trace.discover import find_run
 
-    return _config_of(find_run(path), engine, summary_only, op_stats)
+    return _config_of(find_run(path), engine, summary_only, op_stats, census)

@@ -71,12 +71,13 @@ def echo_outcomes(outcomes: dict, *, dispatched: bool = False, lead: str = "not 
         click.echo(f"  {lead}: {note}")
 
 
-def configs_of(data_dir: Path, engine: str = "memory", summary_only: bool = False):
+def configs_of(data_dir: Path, engine: str = "memory", summary_only: bool = False, census: bool = False):
     """Configs of ``data_dir``; ``engine="auto"`` for commands that work on scanned runs (large traces);
-    ``summary_only`` for those that read only ``cfg.summary_batches`` (less memory per batch)."""
+    ``summary_only`` for those that read only ``cfg.summary_batches`` (less memory per batch); ``census``
+    for ``lotus info`` (every record counted on a scanned run)."""
     from lotus.analysis.runs import iter_configs
 
-    return iter_configs(data_dir, engine=engine, summary_only=summary_only)
+    return iter_configs(data_dir, engine=engine, summary_only=summary_only, census=census)
 
 
 # -- the group ----------------------------------------------------------------------------------------

@@ -136,25 +136,27 @@ def _legacy_fetch(arr, code):
     return code, arg, int(legacy.sum())
 
 
-def scan_run(run: Run, columns=None, op_stats: bool = True):
+def scan_run(run: Run, columns=None, op_stats: bool = True, census: bool = False):
     """The events DataFrame of ``run`` without per-sample detail, with an :class:`OpEngine` in its
     ``attrs["op_engine"]`` (see the module doc). The batch-level events are folded into the engine's
     ``batch_parts`` (:mod:`lotus.trace.batchparts`) rather than kept as rows, unless their batch ids are
     too sparse for it: the run is then scanned again, keeping them as rows. ``columns``: the per-batch
     columns to keep (:data:`lotus.trace.batchparts.SUMMARY_COLUMNS` for the summaries of ``lotus
-    analyze stats|wait|verdict``; the table then makes no batches DataFrame); None: all."""
+    analyze stats|wait|verdict``; the table then makes no batches DataFrame); None: all. ``census``: also
+    count every record (:class:`lotus.trace.census.Census`, the engine's ``census``; ``lotus info``)."""
     if run.original:
         raise InputError("original LotusTrace logs are read in memory (lotus.trace.load_events)", run.path)
     try:
-        return _scan(run, fold=True, columns=columns, op_stats=op_stats)
+        return _scan(run, fold=True, columns=columns, op_stats=op_stats, census=census)
     except SparseBatchIds as exc:
         _log.info("%s: %s: batch ids too sparse to fold; scanning again with every batch-level event kept",
                   run.path, exc)
         release_freed_memory()
-        return _scan(run, fold=False, op_stats=op_stats)
+        return _scan(run, fold=False, op_stats=op_stats, census=census)
 
 
-def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True):
+def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: bool = False):
+    from lotus.trace.census import Census
     from lotus.trace.events import _Acc, _warn_missing_ranks, clock_offsets, loader_offsets
 
     acc = _Acc()
@@ -189,6 +191,7 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True):
     lookups = parts.codes(small.size) if fold else None
     by_epoch: dict[int, np.ndarray] = {}
     first: dict[int, int] = {}
+    counted = Census() if census else None
     row = 0
     for p in good:
         n_events = n_legacy = 0
@@ -197,7 +200,10 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True):
             if len(acc.names) != getattr(refresh, "n", -1):
                 refresh()
                 refresh.n = len(acc.names)
-            present = np.flatnonzero(np.bincount(code, minlength=1))
+            per_code = np.bincount(code, minlength=1)
+            if counted is not None:
+                counted.add(arr, per_code, fs.consts["rank"], fs.shift)
+            present = np.flatnonzero(per_code)
             for c in present.tolist():
                 if c not in first:
                     first[c] = row + int(np.argmax(code == c))
@@ -218,6 +224,8 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True):
                                   "pid": int(header.get("pid", -1)), "rank": int(header.get("rank", 0)),
                                   "worker_id": int(header.get("worker_id", -1))}, 0, per_process.get(p, 0))
         acc.files.append(_file_entry(p, fs, n_events))
+        if n_legacy and counted is not None:
+            counted.legacy_fetches(n_legacy)
         if n_legacy:
             _log.info("%s: %d 'fetch' events flagged FETCH_STOP (written by lotus <= 0.1) read as 'exhausted'",
                       p, n_legacy)
@@ -236,6 +244,7 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True):
     engine = df.attrs["op_engine"] = OpEngine(good, offsets, per_process, names, slot_codes, moments, first)
     engine.by_epoch = by_epoch
     engine.op_stats = op_stats
+    engine.census = counted
     df.attrs["engine"] = "scan"
     if fold:
         engine.folded_extent, engine.fetch_counts = parts.extent, parts.fetches
