@@ -1,5 +1,9 @@
 """The long-form DataFrames the figures draw (pure functions of events/batches; no matplotlib here).
 
+A scanned run (:mod:`lotus.trace.scan`, no per-op events in memory) gives the same frames: its op
+durations are read again from its files (:mod:`lotus.analysis.scanops`); the batch frames read its
+batches DataFrame (made from the scan's compact table: O(batches)).
+
 Failed batches are in no distribution (preprocessing, ops, wait, delay); the worker timeline draws
 them as ``failed`` bars. Exhausted fetches are no batches and are drawn nowhere."""
 
@@ -7,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lotus.analysis.stats import op_durations, prepared, split_outliers
+from lotus.analysis.stats import op_durations, op_engine, prepared, split_outliers
 from lotus.analysis.wait import waited
 from lotus.trace.batches import failed_mask
 
@@ -34,7 +38,13 @@ def op_frame(configs, *, max_per_op: int = 20_000, seed: int = 0):
     rng = np.random.default_rng(seed)
     parts = []
     for name, events in configs:
-        for op, d in op_durations(events).items():
+        if op_engine(events) is not None:  # a scanned run: the same values, picked from its files
+            from lotus.analysis.scanops import op_samples
+
+            per_op = op_samples(events, rng, max_per_op)
+        else:
+            per_op = op_durations(events)
+        for op, d in per_op.items():
             if d.size > max_per_op:
                 d = rng.choice(d, max_per_op, replace=False)
             parts.append(pd.DataFrame({"config": name, "op": op, "ms": d / 1e6}))
@@ -51,10 +61,16 @@ def op_seconds_frame(configs):
     rows = []
     for name, events in configs:
         share = detail_share(events)  # per-op detail for a share of the batches: scaled to all of them
-        for op, d in op_durations(events).items():
+        if op_engine(events) is not None:  # a scanned run: exact integer sums of the same ops
+            from lotus.analysis.scanops import kept_totals
+
+            sums = {op: total for op, (_, total) in kept_totals(events).items()}
+        else:
+            sums = {op: d.sum() for op, d in op_durations(events).items()}
+        for op, total in sums.items():
             if op not in ("transform", "sample"):
                 scale = 1.0 if op in PER_BATCH_OPS else share
-                rows.append({"config": name, "op": op, "cpu_s": float(d.sum()) / 1e9 / scale})
+                rows.append({"config": name, "op": op, "cpu_s": float(total) / 1e9 / scale})
     return pd.DataFrame(rows, columns=["config", "op", "cpu_s"])
 
 
