@@ -35,7 +35,7 @@ import numpy as np
 from lotus.errors import InputError
 from lotus.trace import schema as S
 from lotus.trace.discover import Run, find_run
-from lotus.trace.native import derive_sample_spans, read_header
+from lotus.trace.native import SampleSpans, read_header
 from lotus.trace.original import PLACEHOLDER_WAIT_NS, read_original_log, release_freed_memory
 from lotus.trace.packed import expand_main_batches
 from lotus.trace.parts import iter_records, mark_continued, stitch
@@ -163,7 +163,7 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
     n_events = 0
     n_legacy = 0
     role = header.get("role", "main")
-    derive = int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE
+    derive = SampleSpans() if int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE else None
     packed = int(header.get("version", 1)) >= S.PACKED_MAIN_BATCH
     consts = {"pid": int(header.get("pid", -1)), "role": _ROLES.index(role) if role in _ROLES else 0,
               "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0))}
@@ -192,8 +192,8 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
         if packed:  # version >= 3: a num_workers=0 batch's records, packed in two
             arr = expand_main_batches(arr, path)
             ids = arr["name_id"]
-        if derive:  # version >= 2: load/transform spans are derived from sample and op records
-            arr = derive_sample_spans(arr)
+        if derive is not None:  # version >= 2: load/transform spans are derived from sample and op records
+            arr = derive(arr)
             ids = arr["name_id"]
         code = lut[ids]
         if (code < 0).any():

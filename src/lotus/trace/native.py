@@ -136,6 +136,33 @@ def read_trace_file(path: str | os.PathLike) -> TraceFile:
     return tf
 
 
+class SampleSpans:
+    """:func:`derive_sample_spans` over consecutive chunks of one file's records: an item's op records may
+    lie in the chunk before its ``sample`` record, so the op records after a chunk's last ``sample``
+    record are kept and counted with the next chunk (they are not repeated in its output). At most
+    :data:`CARRY_MAX` of them are kept (an item has a few ops; a file of ops without samples stays bounded)."""
+
+    CARRY_MAX = 1 << 16
+
+    def __init__(self) -> None:
+        self.carry = None
+
+    def __call__(self, arr: np.ndarray) -> np.ndarray:
+        carry = self.carry
+        if carry is not None and len(carry):
+            out = derive_sample_spans(np.concatenate([carry, arr]))[len(carry):]  # carry has no sample record
+        else:
+            out = derive_sample_spans(arr)
+        ids = arr["name_id"]
+        sp = np.flatnonzero(ids == S.EV_SAMPLE)
+        tail = arr[sp[-1] + 1:] if sp.size else arr
+        tail = tail[tail["name_id"] >= S.FIRST_DYNAMIC_ID]
+        if not sp.size and carry is not None and len(carry):
+            tail = np.concatenate([carry, tail])
+        self.carry = tail[-self.CARRY_MAX:].copy()
+        return out
+
+
 def derive_sample_spans(arr: np.ndarray) -> np.ndarray:
     """Records of a version >= 2 file (events only, file order) as earlier versions wrote them: each
     ``sample`` record preceded by its ``load`` (the item's start to its first transform: the sample's

@@ -43,7 +43,7 @@ from lotus.trace import schema as S
 from lotus.trace.batchparts import BatchParts, SparseBatchIds
 from lotus.trace.discover import Run
 from lotus.trace.moments import _epoch_sums, _Moments
-from lotus.trace.native import derive_sample_spans, read_header
+from lotus.trace.native import SampleSpans, read_header
 from lotus.trace.opengine import OP_BUILTINS, OpEngine
 from lotus.trace.original import release_freed_memory
 from lotus.trace.packed import expand_main_batches
@@ -80,7 +80,7 @@ def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=No
                          "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0)),
                          "header": header, "clean": False, "defines": {}}, shift, loader_offset)
     defines = fs.consts["defines"]
-    derive = int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE
+    derive = SampleSpans() if int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE else None
     packed = int(header.get("version", 1)) >= S.PACKED_MAIN_BATCH
     for arr in iter_records(path, offset, CHUNK_RECORDS):
         ids = np.ascontiguousarray(arr["name_id"])  # one strided pass; the tests below are then cheap
@@ -111,8 +111,8 @@ def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=No
         if packed:  # version >= 3: a num_workers=0 batch's records, packed in two
             arr = expand_main_batches(arr, path)
             ids = arr["name_id"]
-        if derive:  # version >= 2: load/transform spans are derived from sample and op records
-            arr = derive_sample_spans(arr)
+        if derive is not None:  # version >= 2: load/transform spans are derived from sample and op records
+            arr = derive(arr)
             ids = arr["name_id"]
         code = lut[ids]
         if (code < 0).any():
