@@ -173,9 +173,9 @@ def _trends_section(t: dict) -> str:
         unit = "h" if t["bucket_s"] == 3600 else "s"
         scale = 3600 if unit == "h" else 1
         out.append(f"<h3>Trend over time (buckets of {_fmt(t['bucket_s'])} s)</h3>" + _table(
-            [f"from ({unit})", "batches", "samples/s", "wait share"],
-            [[_fmt(r["start_s"] / scale), _fmt(r["batches"]), _fmt(r["samples_per_s"]), _pct(r["wait_share"])]
-             for r in bk]))
+            [f"from ({unit})", "batches", "samples/s", "wait share", "slowest op", "its share"],
+            [[_fmt(r["start_s"] / scale), _fmt(r["batches"]), _fmt(r["samples_per_s"]), _pct(r["wait_share"]),
+              html.escape(r.get("slowest_op") or "-"), _pct(r.get("slowest_op_share"))] for r in bk]))
     return "\n".join(out)
 
 
