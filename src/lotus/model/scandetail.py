@@ -260,8 +260,10 @@ def detail_of_scan(engine, keys: np.ndarray, loader: int) -> Detail:
     acc = _Acc()
     p = _Pass(keys, loader)
     base = 0
+    spans: dict = {}
     for path in engine.paths:
-        for arr, code, fs in _chunks(path, engine.offsets, engine.loader_offsets.get(path, 0), acc.code):
+        for arr, code, fs in _chunks(path, engine.offsets, engine.loader_offsets.get(path, 0), acc.code,
+                                     spans=spans):
             if len(p.want) != len(acc.names):
                 p.refresh(acc.cats)
             for i in range(0, len(arr), SLICE_ROWS):  # in slices: their temporaries stay small

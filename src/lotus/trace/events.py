@@ -35,10 +35,10 @@ import numpy as np
 from lotus.errors import InputError
 from lotus.trace import schema as S
 from lotus.trace.discover import Run, find_run
-from lotus.trace.native import SampleSpans, read_header
+from lotus.trace.native import read_header
 from lotus.trace.original import PLACEHOLDER_WAIT_NS, read_original_log, release_freed_memory
 from lotus.trace.packed import expand_main_batches
-from lotus.trace.parts import iter_records, mark_continued, stitch
+from lotus.trace.parts import iter_records, mark_continued, spans_for, stitch
 
 _log = logging.getLogger("lotus.trace")
 _CHUNK_RECORDS = 1 << 20
@@ -151,7 +151,8 @@ def loader_offsets(paths: list[Path]) -> dict[Path, int]:
 LOADER_STRIDE = 1000  # loader ids of the k-th process of a rank: k * 1000 + its own id
 
 
-def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: int = 0) -> None:
+def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: int = 0,
+                 spans: dict | None = None) -> None:
     header, offset = read_header(path)
     shift = offsets.get(header.get("boot_id", ""), int(header["anchor_wall_ns"]) - int(header["anchor_mono_ns"]))
     # Local name id -> run-wide code. Built-ins map to themselves.
@@ -163,7 +164,7 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
     n_events = 0
     n_legacy = 0
     role = header.get("role", "main")
-    derive = SampleSpans() if int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE else None
+    derive = spans_for(spans, path) if int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE else None
     packed = int(header.get("version", 1)) >= S.PACKED_MAIN_BATCH
     consts = {"pid": int(header.get("pid", -1)), "role": _ROLES.index(role) if role in _ROLES else 0,
               "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0))}
@@ -299,8 +300,9 @@ def events_of_run(run: Run, *, sort: bool = False):
             _log.warning("%s; file skipped", exc)
     offsets = clock_offsets(good_native)
     per_process = loader_offsets(good_native)
+    spans: dict = {}
     for p in good_native:
-        _native_file(acc, p, offsets, per_process.get(p, 0))
+        _native_file(acc, p, offsets, per_process.get(p, 0), spans)
     mark_continued(acc.files, stitch(good_native))
     if run.original:
         pids = sorted(int(p.name.rsplit("_", 1)[1]) for p in run.original if "_worker_pid_" in p.name)

@@ -49,6 +49,23 @@ def part_of(path: Path) -> tuple[str, int]:
     return str(path.parent / m["base"]), int(m["k"] or 0)
 
 
+def spans_for(spans: dict | None, path: Path):
+    """The :class:`lotus.trace.native.SampleSpans` deriver of ``path``: the previous part's when ``path``
+    is the next part of the same process, read right after it (the readers read a run's files sorted:
+    a process's parts in order), so that an item whose op records end one part and whose ``sample``
+    record starts the next gets its spans; else a new one. ``spans``: the reader's ``{process: (part,
+    deriver)}`` (None: a new deriver)."""
+    from lotus.trace.native import SampleSpans
+
+    if spans is None:
+        return SampleSpans()
+    base, k = part_of(path)
+    prev = spans.get(base)
+    derive = prev[1] if prev is not None and prev[0] == k - 1 else SampleSpans()
+    spans[base] = (k, derive)
+    return derive
+
+
 def stitch(paths: list[Path]) -> dict[Path, dict]:
     """Per part file: ``{"part": k, "last": bool}``, parts of one process in order; warns about gaps."""
     groups: dict[str, dict[int, Path]] = {}

@@ -30,9 +30,10 @@ def sample_counts(engine: OpEngine, keys) -> dict:
     ids = np.unique(keys["batch_id"].to_numpy(np.int64))
     by_name = {n: i for i, n in enumerate(engine.names)}
     found: dict[tuple, list[int]] = {}
+    spans: dict = {}
     for p in engine.paths:
         for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0),
-                                     lambda n, c: by_name.get(n, 0)):
+                                     lambda n, c: by_name.get(n, 0), spans=spans):
             sel = ((code == S.EV_SAMPLE) | (code == S.EV_LOAD)) & np.isin(arr["batch_id"], ids)
             lo = arr["loader"].astype(np.int64) + fs.loader_offset
             for i in np.flatnonzero(sel).tolist():
@@ -100,8 +101,10 @@ def _op_chunks(engine: OpEngine, exclude_keys):
     def code_of(name, cat):
         return by_name.get(name, len(slot_of) - 1)
 
+    spans: dict = {}
     for p in engine.paths:
-        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), code_of):
+        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), code_of,
+                                     spans=spans):
             code, _, _ = _legacy_fetch(arr, code)
             slot = slot_of[code]
             keep = slot >= 0
@@ -168,8 +171,10 @@ def window_scan(engine: OpEngine, t0: int, t1: int, *, name=None, path=None):
     from lotus.trace.events import _Acc
 
     acc = _Acc()
+    spans: dict = {}
     for p in engine.paths:
-        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code):
+        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code,
+                                     spans=spans):
             code, arg, _ = _legacy_fetch(arr, code)
             start = arr["start_ns"] + fs.shift
             dur = arr["dur_ns"]
@@ -200,8 +205,10 @@ def export_events(engine: OpEngine, out: Path, meta: bytes) -> Path:
     tmp = out.with_name(out.name + ".tmp")
     try:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
+            spans: dict = {}
             for p in engine.paths:
-                for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code):
+                for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code,
+                                             spans=spans):
                     code, arg, _ = _legacy_fetch(arr, code)
                     names = np.array(acc.names, dtype=object)
                     cats = np.array(acc.cats, dtype=object)

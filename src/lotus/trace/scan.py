@@ -43,11 +43,11 @@ from lotus.trace import schema as S
 from lotus.trace.batchparts import BatchParts, SparseBatchIds
 from lotus.trace.discover import Run
 from lotus.trace.moments import _epoch_sums, _Moments
-from lotus.trace.native import SampleSpans, read_header
+from lotus.trace.native import read_header
 from lotus.trace.opengine import OP_BUILTINS, OpEngine
 from lotus.trace.original import release_freed_memory
 from lotus.trace.packed import expand_main_batches
-from lotus.trace.parts import iter_records, mark_continued, stitch
+from lotus.trace.parts import iter_records, mark_continued, spans_for, stitch
 
 _log = logging.getLogger("lotus.trace")
 CHUNK_RECORDS = 1 << 20  # 48 MiB of records (as load_events: op moments and derived spans are per chunk)
@@ -66,10 +66,11 @@ class _FileScan:
     loader_offset: int
 
 
-def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=None):
+def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=None, spans: dict | None = None):
     """Yield ``(arr, code, fs)`` per chunk of event records of ``path`` (control records applied).
 
-    ``code_of(name, cat)`` registers a dynamic name and returns its run-wide code."""
+    ``code_of(name, cat)`` registers a dynamic name and returns its run-wide code; ``spans``: the
+    reader's derivers by process, continued across parts (:func:`lotus.trace.parts.spans_for`)."""
     header, offset = read_header(path)
     shift = offsets.get(header.get("boot_id", ""), int(header["anchor_wall_ns"]) - int(header["anchor_mono_ns"]))
     lut = np.full(S.MAX_NAME_ID + 1, -1, np.int32)
@@ -80,7 +81,7 @@ def _chunks(path: Path, offsets: dict, loader_offset: int, code_of, on_define=No
                          "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0)),
                          "header": header, "clean": False, "defines": {}}, shift, loader_offset)
     defines = fs.consts["defines"]
-    derive = SampleSpans() if int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE else None
+    derive = spans_for(spans, path) if int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE else None
     packed = int(header.get("version", 1)) >= S.PACKED_MAIN_BATCH
     for arr in iter_records(path, offset, CHUNK_RECORDS):
         ids = np.ascontiguousarray(arr["name_id"])  # one strided pass; the tests below are then cheap
@@ -193,10 +194,11 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: boo
     first: dict[int, int] = {}
     counted = Census() if census else None
     row = 0
+    spans: dict = {}
     for p in good:
         n_events = n_legacy = 0
         fs = None
-        for arr, code, fs in _chunks(p, offsets, per_process.get(p, 0), code_of):
+        for arr, code, fs in _chunks(p, offsets, per_process.get(p, 0), code_of, spans=spans):
             if len(acc.names) != getattr(refresh, "n", -1):
                 refresh()
                 refresh.n = len(acc.names)
