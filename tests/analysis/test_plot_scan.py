@@ -105,16 +105,9 @@ def test_frames_equal_default_sample(tmp_path, monkeypatch):
 @pytest.mark.timeout(180)
 def test_frames_equal_detail_budget(tmp_path, monkeypatch):
     """Per-op detail for a share of the batches (format 2, derived spans): the same scaled totals."""
-    from lotus.dataloader import DataLoader
-    from tests.dataloader.test_detail_budget import _Cheap
+    from tests.dataloader.test_detail_budget import write_budget_run
 
-    run = tmp_path / "budget"
-    loader = DataLoader(_Cheap(), batch_size=8, num_workers=2, trace_dir=run, trace_budget_pct=2,
-                        multiprocessing_context="fork")
-    for _ in range(2):
-        for _ in loader:
-            pass
-    del loader
+    run = write_budget_run(tmp_path / "budget")
     want = _same_frames(run, monkeypatch, max_per_op=3)  # derived spans do not depend on the chunks
     monkeypatch.setenv("LOTUS_ENGINE", "memory")
     assert 0 < load_configs(run, engine="auto")[0].batches["detail"].mean() < 1

@@ -30,6 +30,18 @@ class _Cheap(torch.utils.data.Dataset):
         return self.transform(torch.full((4,), float(i)))
 
 
+def write_budget_run(run):
+    """A trace with per-sample detail for a share of its batches (2 workers, 2 epochs, a 2% budget):
+    the readers' and analyses' tests of budgeted traces use it. Returns ``run``."""
+    loader = DataLoader(_Cheap(), batch_size=8, num_workers=2, trace_dir=run, trace_budget_pct=2,
+                        multiprocessing_context="fork")
+    for _ in range(2):
+        for _ in loader:
+            pass
+    del loader
+    return run
+
+
 def _run(tmp_path, epochs: int = 2, **kw):
     loader = DataLoader(_Cheap(), batch_size=8, trace_dir=tmp_path, **kw)
     out = [[b.clone() for b in loader] for _ in range(epochs)]

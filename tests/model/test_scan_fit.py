@@ -61,17 +61,9 @@ def _values(v) -> np.ndarray:
 
 
 def _budget_run(tmp_path):
-    from lotus.dataloader import DataLoader
-    from tests.dataloader.test_detail_budget import _Cheap
+    from tests.dataloader.test_detail_budget import write_budget_run
 
-    run = tmp_path / "budget"
-    loader = DataLoader(_Cheap(), batch_size=8, num_workers=2, trace_dir=run, trace_budget_pct=2,
-                        multiprocessing_context="fork")
-    for _ in range(2):
-        for _ in loader:
-            pass
-    del loader
-    return run
+    return write_budget_run(tmp_path / "budget")
 
 
 def _runs(kind, tmp_path):

@@ -159,16 +159,9 @@ def test_budgeted_format_2_trace(tmp_path, monkeypatch):
     """A trace with per-sample detail for a share of its batches (format 2, derived load/transform spans):
     both engines scale per-op counts and totals by the same detail share."""
     from lotus.analysis.stats import op_totals_s
-    from lotus.dataloader import DataLoader
-    from tests.dataloader.test_detail_budget import _Cheap
+    from tests.dataloader.test_detail_budget import write_budget_run
 
-    run = tmp_path / "budget"
-    loader = DataLoader(_Cheap(), batch_size=8, num_workers=2, trace_dir=run, trace_budget_pct=2,
-                        multiprocessing_context="fork")
-    for _ in range(2):
-        for _ in loader:
-            pass
-    del loader
+    run = write_budget_run(tmp_path / "budget")
     monkeypatch.setenv("LOTUS_ENGINE", "memory")
     mem = load_config(run, engine="auto")
     share = mem.batches["detail"].mean()

@@ -71,10 +71,11 @@ def echo_outcomes(outcomes: dict, *, dispatched: bool = False, lead: str = "not 
         click.echo(f"  {lead}: {note}")
 
 
-def configs_of(data_dir: Path, engine: str = "memory", summary_only: bool = False, census: bool = False):
-    """Configs of ``data_dir``; ``engine="auto"`` for commands that work on scanned runs (large traces);
-    ``summary_only`` for those that read only ``cfg.summary_batches`` (less memory per batch); ``census``
-    for ``lotus info`` (every record counted on a scanned run)."""
+def configs_of(data_dir: Path, engine: str = "auto", summary_only: bool = False, census: bool = False):
+    """Configs of ``data_dir``; a large run is scanned (``engine="auto"``: the commands' default, bounded
+    memory; ``"memory"`` only for one that needs every event in one DataFrame); ``summary_only`` for the
+    commands that read only ``cfg.summary_batches`` (less memory per batch); ``census`` for ``lotus
+    info`` (every record counted on a scanned run)."""
     from lotus.analysis.runs import iter_configs
 
     return iter_configs(data_dir, engine=engine, summary_only=summary_only, census=census)
@@ -103,7 +104,7 @@ def stats(data_dir: Path, remove_outliers: bool, output: Path | None, per_rank: 
 
     result = {}
     ranks = {}
-    for cfg in configs_of(data_dir, "auto", summary_only=True):
+    for cfg in configs_of(data_dir, summary_only=True):
         result[cfg.name] = config_stats(cfg.events, cfg.summary_batches, remove_outliers=remove_outliers)
         if per_rank:
             ranks[cfg.name] = preprocessing_stats(cfg.summary_batches, remove_outliers=remove_outliers, by="rank")
@@ -169,7 +170,7 @@ def wait(data_dir: Path, sort: str, fig_dir: Path | None, top: int, as_json: boo
     from lotus.trace.batches import outcome_summary
 
     doc = {"configs": {}}
-    for cfg in configs_of(data_dir, "auto", summary_only=fig_dir is None):
+    for cfg in configs_of(data_dir, summary_only=fig_dir is None):
         summary = wait_stats(cfg.summary_batches)
         table = wait_table(cfg.summary_batches, sort=sort) if summary["known"] else None
         if as_json:
@@ -234,7 +235,7 @@ def verdict_cmd(data_dir: Path, as_json: bool, per_rank: bool, fail_fraction: fl
 
     doc = {"configs": {}}
     failed = []
-    for cfg in configs_of(data_dir, "auto", summary_only=True):
+    for cfg in configs_of(data_dir, summary_only=True):
         v = verdict(cfg.events, cfg.summary_batches, loaders=cfg.loaders)
         doc["configs"][cfg.name] = v
         if fail_fraction is not None and v["wait_share"] is not None and v["wait_share"] > fail_fraction:

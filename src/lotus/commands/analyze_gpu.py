@@ -23,7 +23,7 @@ def gpu(data_dir: Path, fig_dir: Path | None, as_json: bool) -> None:
     from lotus.analysis.gpu import gpu_batches, gpu_report, kineto_gpu_busy, plot_gpu_batches, plot_telemetry
 
     doc = {"configs": {}}
-    for cfg in configs_of(data_dir, "auto"):
+    for cfg in configs_of(data_dir):
         kineto = {}
         for path in cfg.kineto:
             busy = kineto_gpu_busy(read_kineto(path), path.name)

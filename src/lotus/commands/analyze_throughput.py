@@ -21,7 +21,7 @@ def throughput_cmd(data_dir: Path, as_json: bool) -> None:
     from lotus.analysis.throughput import throughput
 
     doc, missing = {"configs": {}}, []
-    for cfg in configs_of(data_dir, "auto"):  # a large run: the scan engine (batches only, bounded memory)
+    for cfg in configs_of(data_dir):
         t = throughput(cfg.batches, cfg.loaders)
         doc["configs"][cfg.name] = t
         if t["samples_per_s"] is None:

@@ -19,7 +19,7 @@ def export(data_dir: Path, out_dir: Path) -> None:
     from lotus.analysis.plots import safe_name
 
     n = 0
-    for cfg in configs_of(data_dir, "auto"):
+    for cfg in configs_of(data_dir):
         with writing(out_dir):
             paths = export_parquet(cfg.events, cfg.batches, out_dir / safe_name(cfg.name))
         n_events = sum(f.get("events", 0) for f in cfg.files) if "op_engine" in cfg.events.attrs else len(cfg.events)

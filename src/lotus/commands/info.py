@@ -17,7 +17,7 @@ def info(data_dir: Path, as_json: bool) -> None:
     from lotus.analysis.info import run_info
 
     doc = {"runs": {}}
-    for cfg in configs_of(data_dir, "auto", census=True):  # a large run: scanned, its records counted
+    for cfg in configs_of(data_dir, census=True):  # a large run: scanned, its records counted
         inf = run_info(cfg.events, cfg.batches)
         inf["kineto"] = [str(p) for p in cfg.kineto]
         doc["runs"][cfg.name] = inf

@@ -149,12 +149,11 @@ class SampleSpans:
 
     def __call__(self, arr: np.ndarray) -> np.ndarray:
         carry = self.carry
-        if carry is not None and len(carry):
-            out = derive_sample_spans(np.concatenate([carry, arr]))[len(carry):]  # carry has no sample record
+        sp = np.flatnonzero(arr["name_id"] == S.EV_SAMPLE)  # found once: derive_sample_spans takes them
+        if carry is not None and len(carry):  # (carry has no sample record)
+            out = derive_sample_spans(np.concatenate([carry, arr]), sp + len(carry))[len(carry):]
         else:
-            out = derive_sample_spans(arr)
-        ids = arr["name_id"]
-        sp = np.flatnonzero(ids == S.EV_SAMPLE)
+            out = derive_sample_spans(arr, sp)
         tail = arr[sp[-1] + 1:] if sp.size else arr
         tail = tail[tail["name_id"] >= S.FIRST_DYNAMIC_ID]
         if not sp.size and carry is not None and len(carry):
@@ -163,15 +162,16 @@ class SampleSpans:
         return out
 
 
-def derive_sample_spans(arr: np.ndarray) -> np.ndarray:
+def derive_sample_spans(arr: np.ndarray, sp: np.ndarray | None = None) -> np.ndarray:
     """Records of a version >= 2 file (events only, file order) as earlier versions wrote them: each
     ``sample`` record preceded by its ``load`` (the item's start to its first transform: the sample's
     ``arg``; the whole item when ``arg`` is -1) and, when a transform ran, its ``transform`` (the first
     transform's start to the end of the item's last op record, which lies between the previous
     ``sample`` record and this one with the same batch and sample index). The sample's ``arg`` becomes 0.
-    Pure; a new array."""
+    Pure; a new array. ``sp``: the positions of the ``sample`` records, if the caller has them."""
     ids = arr["name_id"]
-    sp = np.flatnonzero(ids == S.EV_SAMPLE)
+    if sp is None:
+        sp = np.flatnonzero(ids == S.EV_SAMPLE)
     if sp.size == 0:
         return arr
     start = arr["start_ns"][sp]
