@@ -177,12 +177,17 @@ class _Sink:
         pass
 
 
+def _polling(probe):
+    """The probe as on a torch without the init queue (compat.cuda_on_init False): it polls."""
+    probe._polling = probe.wanted = True
+    return probe
+
+
 def test_cuda_probe_never_blocks_and_resolves_in_order():
     from lotus.dataloader.gpu import CudaProbe
 
     sink = _Sink()
-    probe = CudaProbe.__new__(CudaProbe)
-    CudaProbe.__init__(probe, sink)
+    probe = _polling(CudaProbe(sink))
     probe._cuda = _FakeCuda
     for b in range(3):
         probe.request()
@@ -239,7 +244,7 @@ def test_probe_waiting_for_cuda_asks_only_whether_it_is_initialised():
             return cls.initialized
 
     sink = _Sink()
-    probe = CudaProbe(sink)
+    probe = _polling(CudaProbe(sink))
     probe._cuda = _NotYet
     for b in range(3):
         probe.request()
@@ -249,6 +254,60 @@ def test_probe_waiting_for_cuda_asks_only_whether_it_is_initialised():
     probe.request()
     probe.got(3)
     assert probe.active and [p[:2] for p in probe._pending] == [(S.EV_GPU_WAIT, 3)]
+
+
+def test_probe_waits_for_torch_to_say_cuda_is_initialised(monkeypatch):
+    """Where torch runs queued calls at its CUDA init (compat.cuda_on_init), nothing is asked per batch
+    before it: the iterators skip request()/got() while ``wanted`` is False; torch's call turns it on."""
+    from lotus.dataloader import _torch_compat as compat
+    from lotus.dataloader.gpu import CudaProbe
+
+    queued = []
+    monkeypatch.setattr(compat, "cuda_on_init", lambda fn: queued.append(fn) or True)
+
+    class _Never(_FakeCuda):
+        @staticmethod
+        def is_initialized():
+            raise AssertionError("is_initialized() asked per batch")
+
+    sink = _Sink()
+    probe = CudaProbe(sink)
+    probe._cuda = _Never
+    assert len(queued) == 1 and not probe.wanted and not probe.active
+    probe.request()
+    probe.got(0)
+    assert not probe._pending
+    probe._cuda = _FakeCuda
+    queued[0]()  # torch initialises CUDA
+    assert probe.wanted and probe.active
+    probe.request()
+    probe.got(1)
+    assert [p[:2] for p in probe._pending] == [(S.EV_GPU_WAIT, 1)]
+    del probe
+    queued[0]()  # a probe already freed: nothing happens, nothing raises
+
+
+def test_traced_loop_skips_the_probe_until_cuda_starts(tmp_path, monkeypatch):
+    """A traced loop on a CUDA machine that has not initialised CUDA calls nothing of the probe per batch."""
+    import torch
+
+    from lotus.dataloader import DataLoader
+    from lotus.dataloader import _torch_compat as compat
+    from lotus.dataloader import gpu as gpu_mod
+    from tests.dataloader.datasets import MapDS
+
+    queued = []
+    monkeypatch.setattr(compat, "cuda_on_init", lambda fn: queued.append(fn) or True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    calls = []
+    monkeypatch.setattr(gpu_mod.CudaProbe, "request", lambda self: calls.append("request"))
+    monkeypatch.setattr(gpu_mod.CudaProbe, "got", lambda self, b: calls.append("got"))
+    for workers in (0, 2):
+        loader = DataLoader(MapDS(n=8), batch_size=2, num_workers=workers, trace_dir=tmp_path / str(workers))
+        assert len(list(loader)) == 4 and calls == []
+        queued[-1]()  # CUDA starts: from the next batch on, the probe is asked
+        assert len(list(loader)) == 4 and calls == ["request", "got"] * 4 + ["request"]
+        calls.clear()
 
 
 def test_probe_is_freed_without_the_cycle_collector(tmp_path, monkeypatch):

@@ -58,3 +58,20 @@ def test_fast_and_general_iterators_write_the_same_records(tmp_path, detail):
         a, b = (x[x["name"].isin(keep)].reset_index(drop=True) for x in (a, b))
         assert a.equals(b)
     assert (a["name"] == "fetch").sum() == 6
+
+
+@pytest.mark.timeout(120)
+def test_each_iterator_records_its_own_epoch(tmp_path):
+    """Two iterators of one loader advanced in turn: each one's batches carry the epoch it was made in
+    (DataLoader.__iter__ counts epochs), so no (epoch, batch) is recorded twice."""
+    loader = DataLoader(_DS(), batch_size=4, trace_dir=tmp_path)
+    first, second = iter(loader), iter(loader)
+    for _ in range(3):
+        next(first)
+        next(second)
+    del first, second, loader
+    ev = load_events(tmp_path)
+    fetch = ev[ev["name"] == "fetch"]
+    assert sorted(zip(fetch["epoch"], fetch["batch_id"], strict=True)) == [(e, b) for e in (0, 1) for b in range(3)]
+    waits = ev[ev["name"] == "wait"]
+    assert len(waits) == 6 and waits.groupby("epoch").size().tolist() == [3, 3]

@@ -46,6 +46,13 @@ def test_cuda_stream_key_is_what_current_stream_reads():
     assert compat.cuda_stream_key() == (s.stream_id, s.device_index, s.device_type)
 
 
+def test_cuda_init_queue_exists():
+    """torch.cuda._lazy_call: the probe learns that CUDA started without asking every batch (gpu.py)."""
+    ran = []
+    assert compat.cuda_on_init(lambda: ran.append(1)), "torch.cuda._lazy_call moved: the probe polls per batch"
+    assert ran == ([1] if torch.cuda.is_initialized() else [])  # queued until torch initialises CUDA
+
+
 def test_worker_loop_arguments():
     params = list(inspect.signature(compat.worker_loop).parameters)
     pos = compat.worker_arg_positions()

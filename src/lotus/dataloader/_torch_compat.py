@@ -40,6 +40,23 @@ _C = torch._C
 cuda_stream_key = _cuda_stream_key if hasattr(_C, "_cuda_getCurrentStream") and hasattr(_C, "_cuda_getDevice") \
     else None
 
+
+
+def cuda_on_init(fn) -> bool:
+    """Have torch call ``fn()`` when it initialises CUDA (at once if it has): ``torch.cuda._lazy_call``,
+    the queue torch's lazy init runs. ``fn`` runs inside torch's init, from whichever thread starts CUDA:
+    it must only set flags and never raise. False where this torch has no such queue: the caller polls
+    ``torch.cuda.is_initialized()`` instead (lotus.dataloader.gpu)."""
+    lazy_call = getattr(torch.cuda, "_lazy_call", None)
+    if lazy_call is None:
+        return False
+    try:
+        lazy_call(fn)
+    except Exception:
+        return False
+    return True
+
+
 # The function torch's pin-memory thread applies to each batch.
 pin_memory = _data_utils.pin_memory.pin_memory
 

@@ -2,19 +2,24 @@
 :class:`lotus.dataloader.iterators.TracedSingleProcessIter`, with the least Python per batch.
 
 The tracer's fixed cost per batch is the Python it runs (docs/overhead.md: ~465 bytecodes per batch
-before this path, ~330 with it). Here a batch costs three frames of lotus: ``__next__`` (the
-loop's wait and hand-off, the batch's records in one packed pair), ``_next_index`` (the detail choice,
-the dispatch's clock reads) and the collate wrapper (collation); torch's own ``_next_data`` runs between
-them. Used when the loader has no ITT tasks, no pinning, no probe end (``lotus run --steps``) and no
-replay (``DataLoader._get_iterator`` picks it); anything else takes the general path. A detail batch's
-Compose patch (:class:`lotus.dataloader.transforms.TransformSwap`) is entered in ``_next_index`` and left
-in ``__next__``, whichever way torch's ``__next__`` returns.
+before this path, ~260 with it). Here a batch costs three frames of lotus: ``__next__`` (the detail
+choice, the loop's wait and hand-off, the batch's records in one packed pair whose two 8-byte headers
+are packed once per iterator), ``_next_index`` (the dispatch's two clock reads, nothing else) and the
+collate function (a closure, which torch's fetcher calls as Python calls Python: an object with
+``__call__`` would cost a C-level re-entry); torch's own ``_next_data`` runs between them. Per-batch
+state lives in the recorder's slots and the iterator's own attributes (no tuple per batch). Used when
+the loader has no ITT tasks, no pinning, no probe end (``lotus run --steps``) and no replay
+(``DataLoader._get_iterator`` picks it); anything else takes the general path. A detail batch's Compose
+patch (:class:`lotus.dataloader.transforms.TransformSwap`) is entered before torch's ``__next__`` and
+left after it, whichever way it returns. An iterator is one epoch of its loader: its records carry
+the epoch the loader was in when the iterator was made (``DataLoader.__iter__`` counts epochs).
 """
 
 from __future__ import annotations
 
 from lotus.dataloader import _torch_compat as compat
 from lotus.dataloader import gpu as _gpu
+from lotus.dataloader.instrument import TimedCollate
 from lotus.dataloader.iterators import TracedSingleProcessIter
 from lotus.dataloader.main_side import _MainSide
 from lotus.dataloader.recorder import mono
@@ -26,21 +31,76 @@ _Torch = compat.SingleProcessIter
 _torch_next, _torch_next_index = _Torch.__next__, _Torch._next_index  # globals: one cached lookup each
 
 
+class _Unopened:
+    """Stands in for the recorder when this iterator could not set tracing up (``_next_index`` writes here)."""
+
+    __slots__ = ("d0", "f0")
+
+
+def _collate_timer(fn, rec):
+    """The fast path's collate wrapper: a plain function (torch's fetcher calls it as Python calls Python;
+    an object with ``__call__`` costs a C-level re-entry per batch). Same records as TimedCollate."""
+    second = TimedCollate._second
+
+    def collate(data):
+        t0 = mono()
+        out = fn(data)
+        t1 = mono()
+        if rec.c0 and rec.on:  # a second collation in one batch (not torch's doing): the first is written now
+            second(rec)
+        rec.c0 = t0
+        rec.c1 = t1
+        rec.cn = len(data) if isinstance(data, list) else -1
+        return out
+
+    return collate
+
+
 class FastSingleProcessIter(TracedSingleProcessIter):
     """num_workers=0, a plain traced loop (see the module doc)."""
 
     _next_data = _Torch._next_data  # torch's own: the batch opens in _next_index, closes in __next__
 
+    def __init__(self, loader) -> None:
+        super().__init__(loader)
+        self._lotus_ep = ep = self._lt.epoch  # this iterator's epoch (a new iterator per epoch)
+        self._lotus_pb, self._lotus_pt = _NO_PREV  # the batch the loop holds and its hand-off
+        rec = self._lotus_rec
+        if rec is None:
+            self._lotus_rec = _Unopened()
+        else:
+            rec.epoch = ep
+            # the pair's two headers, fixed for the iterator (one epoch of one loader)
+            self._lotus_h1 = S.HEADER.pack(_MAIN_BATCH, rec.loader, ep)
+            self._lotus_h2 = S.HEADER.pack(_MAIN_LOOP, rec.loader, ep)
+            rec.budget.skip = 0  # the epoch's first batch asks the budget (always detail)
+            self._lotus_ltid = id(self._lt)
+
+    def _lotus_collate(self, rec):
+        if self._pin_memory or rec.itt is not None:  # (not a fast-path loop: kept for safety)
+            return super()._lotus_collate(rec)
+        return _collate_timer(self._collate_fn, rec)
+
     def __next__(self):
         lt = self._lt
         if not lt.on:  # tracing stopped (a failure): torch's loop, untraced from now on
-            self._lotus_active = False
             return _MainSide.__next__(self)
         w0 = mono()
         cuda = self._lotus_cuda
-        if cuda is not None:
-            self._lotus_request(cuda)
-        self._lotus_opened = None
+        if cuda is not None:  # CUDA is available: events once it is initialised (lotus.dataloader.gpu)
+            if cuda.wanted:
+                self._lotus_request(cuda)
+            else:
+                cuda = None
+        rec = self._lotus_rec
+        budget = rec.budget
+        if budget.skip:  # plain whatever this batch costs (DetailBudget.step): the fetcher is the plain one
+            budget.skip -= 1
+            detail = False
+        else:
+            detail = self._lotus_choose(rec, budget)
+        rec.c0 = rec.f0 = 0
+        rec.batch = self._num_yielded
         try:
             data = _torch_next(self)
         except BaseException as exc:
@@ -48,32 +108,34 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             self._lotus_next_failed(w0, exc)
             raise
         t1 = mono()
-        rec = self._lotus_rec
         try:
-            detail = rec.detail
             if detail:
                 self._lotus_swap.__exit__(None, None, None)
-            d0, f0 = self._lotus_opened
+            d0 = rec.d0
+            f0 = rec.f0
             c0 = rec.c0
-            end = rec.c1 if c0 else t1  # the batch is ready when its collation returns
-            rec.budget.prep_ns += end - f0
+            if c0:  # the batch is ready when its collation returns
+                end = rec.c1
+                items = (rec.cn + 1) << _ITEMS
+                c0 -= d0
+            else:
+                end = t1
+                c0 = -1
+                items = 0
+            budget.prep_ns += end - f0
             batch = rec.batch
-            prev = self._lotus_prev
-            pb, pt = prev if prev is not None else _NO_PREV
-            w = lt.w
-            lo, ep = rec.loader, rec.epoch
+            w = rec.w
             # the packed pair and the hand-off's bookkeeping as in _MainSide._lotus_after, inlined: a call
             # here is a measurable share of the per-batch cost (tests/dataloader/test_fastpath.py keeps the
             # two paths' records equal)
-            w.buf += _PACK2(_MAIN_BATCH, lo, ep, d0, end - d0, batch, f0 - d0, c0 - d0 if c0 else -1,
-                            _MAIN_LOOP, lo, ep, w0, t1 - w0, pb, pt,
-                            (_DETAIL if detail else 0) | (rec.cn + 1 if c0 else 0) << _ITEMS)
+            w.buf += _PACK2(self._lotus_h1, d0, end - d0, batch, f0 - d0, c0,
+                            self._lotus_h2, w0, t1 - w0, self._lotus_pb, self._lotus_pt,
+                            _DETAIL | items if detail else items)
+            self._lotus_pb = lt.last_batch = batch
+            self._lotus_pt = t1
             if cuda is not None:
                 cuda.got(batch)
-            self._lotus_prev = (batch, t1)
-            lt.last_batch = batch
-            lt.consumed += 1
-            if _gpu._active_id != id(lt):  # (reset when the active one is collected)
+            if _gpu._active_id != self._lotus_ltid:  # (reset when the active one is collected)
                 _gpu.set_active(lt)
             if len(w.buf) >= w.flush_bytes:  # by time: the flusher thread (lotus.trace.writer)
                 lt.flush()
@@ -81,34 +143,31 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             lt.fail("next", exc)
         return data
 
-    def _next_index(self):
-        if not self._lotus_active:
-            return _torch_next_index(self)
-        rec = self._lotus_rec
-        rec.epoch = ep = self._lt.epoch
-        rec.c0 = 0
-        budget = rec.budget
-        if budget.skip and ep == budget.epoch:  # plain whatever this batch costs (DetailBudget.step)
-            budget.skip -= 1
-            rec.detail = detail = False
-        else:
-            rec.detail = detail = rec.on and budget.step(ep, rec.nrec, rec.nsamp)
+    def _lotus_choose(self, rec, budget) -> bool:
+        """The budget's choice for the batch about to start (its first of the epoch: always detail)."""
+        ep = self._lotus_ep
+        rec.epoch = ep
+        rec.detail = detail = rec.on and budget.step(ep, rec.nrec, rec.nsamp)
         if detail:  # per-sample/per-op detail: timed items, and Composes timed until __next__ returns
             self._dataset_fetcher = self._lotus_detail_fetcher
             self._lotus_swap.__enter__()
         else:  # the user's dataset itself, untimed transforms: only the batch's records
             self._dataset_fetcher = self._lotus_plain_fetcher
+        return detail
+
+    def _next_index(self):
         d0 = mono()
-        try:
-            index = _torch_next_index(self)
-        except BaseException:  # StopIteration: the epoch ends, no batch was opened
-            if detail:
-                rec.detail = False
-                self._lotus_swap.__exit__(None, None, None)
-            raise
-        self._lotus_opened = (d0, mono())  # the batch opens: dispatch ends, fetch starts
-        rec.batch = self._num_yielded
+        index = _torch_next_index(self)  # StopIteration: the epoch ends, no batch was opened
+        rec = self._lotus_rec
+        rec.d0 = d0
+        rec.f0 = mono()  # the batch opens: dispatch ends, fetch starts
         return index
+
+    def _lotus_step_done(self, t0: int) -> None:
+        pb = self._lotus_pb
+        if pb != S.NO_ID:
+            self._lotus_pb = S.NO_ID
+            self._lt.record(S.EV_STEP, self._lotus_pt, t0 - self._lotus_pt, pb, S.NO_ID, 0)
 
     def _lotus_close(self, exc: BaseException) -> None:
         """torch's __next__ raised: the Compose patch ends; a batch that was opened is recorded as failed
@@ -118,12 +177,11 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             if rec.detail:
                 rec.detail = False
                 self._lotus_swap.__exit__(None, None, None)
-            opened = self._lotus_opened
-            if opened is not None:
-                self._lotus_t0 = opened[1]
-                self._lotus_failed_batch(rec, exc, opened[0])
+            if rec.f0:
+                self._lotus_t0 = rec.f0
+                self._lotus_failed_batch(rec, exc, rec.d0)
         except Exception as err:
             self._lt.fail("fetch", err)
 
 
-_PACK2 = S.PACK2
+_PACK2 = S.PACK2_HEADED

@@ -35,6 +35,18 @@ def set_active(lt) -> None:
         _active_id = id(lt)
 
 
+def _activate(ref) -> None:
+    """torch initialises CUDA (compat.cuda_on_init): the probe of ``ref`` starts recording. Runs inside
+    torch's init: flags only, never raises."""
+    try:
+        probe = ref()
+        if probe is not None:
+            probe.active = True
+            probe.wanted = True
+    except Exception:
+        pass
+
+
 def _forget(ref) -> None:
     """The active LoaderTrace was collected: its id may be reused by another one."""
     global _active, _active_id
@@ -65,21 +77,34 @@ class CudaProbe:
         self._pending: deque = deque()  # (event id, batch, start event, end event, host start ns)
         self._req = None  # (event, host ns) of the request in flight
         self._last_got = None  # (batch, event, host ns) of the batch the loop holds
-        self.active = False
+        self.active = False  # CUDA is initialised: events are recorded
+        self._announced = False  # the loader was told (LoaderTrace.on_cuda_ready: telemetry)
         self.enabled = True  # lotus.step() turns the automatic probe off
+        # Whether the iterators should call request()/got() at all. torch tells when it initialises CUDA
+        # (compat.cuda_on_init): until then nothing is asked per batch. A torch without that queue: polled
+        # per batch (is_initialized(), ~1-3 us of Python on the H100 host, the bulk of a plain batch's cost).
+        self.wanted = True
+        self._polling = True
+        me = weakref.ref(self)
+        if compat.cuda_on_init(lambda: _activate(me)):
+            self._polling = False
+            self.wanted = self.active
 
     def _ready(self) -> bool:
         if self.active:
+            if not self._announced:
+                self._announced = True
+                lt = self._lt()
+                if lt is not None:
+                    lt.on_cuda_ready()
             return True
         # only whether CUDA is initialised yet: it is available (LoaderTrace.cuda_probe made this probe),
         # and torch.cuda.is_available() asks the driver again on every call (~6 us per batch, measured
         # on the H100 host, where a loop that never initialised CUDA asked it before every batch)
-        if self._cuda.is_initialized():
+        if self._polling and self._cuda.is_initialized():
             self.active = True
-            lt = self._lt()
-            if lt is not None:
-                lt.on_cuda_ready()
-        return self.active
+            return self._ready()
+        return False
 
     def _event(self):
         pool = self._pool

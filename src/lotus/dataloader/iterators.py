@@ -49,7 +49,7 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
             rec = lt.recorder()
             iterable = compat.is_iterable_kind(self._dataset_kind)
             proxy = SampleProxy(self._dataset, rec, iterable)
-            collate = TimedCollate(self._collate_fn, rec, envelope=bool(self._pin_memory))
+            collate = self._lotus_collate(rec)
             self._lotus_detail_fetcher = compat.create_fetcher(
                 self._dataset_kind, proxy, self._auto_collation, collate, self._drop_last)
             # batches without detail: the user's dataset itself (no per-sample proxy call), collation timed
@@ -62,6 +62,10 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
             self._lotus_active = rec.itt or True  # _next_index times the batch's opening (and ITT)
         except Exception as exc:  # fall back to torch's own fetcher, untraced samples
             lt.fail("iterator", exc)
+
+    def _lotus_collate(self, rec):
+        """The timed collate function both fetchers call."""
+        return TimedCollate(self._collate_fn, rec, envelope=bool(self._pin_memory))
 
     def _next_index(self):
         index = super()._next_index()  # StopIteration ends the epoch before any batch is opened

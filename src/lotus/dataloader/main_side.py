@@ -122,8 +122,11 @@ class _MainSide:
             return super().__next__()
         t0 = mono()
         cuda = self._lotus_cuda
-        if cuda is not None:
-            self._lotus_request(cuda)
+        if cuda is not None:  # CUDA is available: events once it is initialised (lotus.dataloader.gpu)
+            if cuda.wanted:
+                self._lotus_request(cuda)
+            else:
+                cuda = None
         self._lotus_last = None
         try:
             replay = self._lotus_replay

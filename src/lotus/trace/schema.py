@@ -51,6 +51,9 @@ _WF = _writer_format()
 PACK = struct.Struct(("@" if _WF.endswith("l") else "<") + _WF).pack  # one record, RECORD's bytes
 PACK2 = struct.Struct(("@" if _WF.endswith("l") else "<") + _WF * 2).pack  # two records in one append
 PACK3 = struct.Struct(("@" if _WF.endswith("l") else "<") + _WF * 3).pack
+HEADER = struct.Struct("<hhi")  # a record's name_id, loader, epoch: RECORD's first 8 bytes
+# two records whose headers come pre-packed (HEADER's bytes): 10 ints per pair instead of 16
+PACK2_HEADED = struct.Struct(("@" if _WF.endswith("l") else "<") + ("8s" + _WF[3:]) * 2).pack
 PAYLOAD_BYTES = 40  # bytes of a control record after name_id/loader/epoch
 FILE_SUFFIX = ".lotustrace"
 
