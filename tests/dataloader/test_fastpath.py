@@ -75,3 +75,52 @@ def test_each_iterator_records_its_own_epoch(tmp_path):
     assert sorted(zip(fetch["epoch"], fetch["batch_id"], strict=True)) == [(e, b) for e in (0, 1) for b in range(3)]
     waits = ev[ev["name"] == "wait"]
     assert len(waits) == 6 and waits.groupby("epoch").size().tolist() == [3, 3]
+
+
+class _Many(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 4000
+
+    def __getitem__(self, i):
+        return torch.tensor([float(i)])
+
+
+@pytest.mark.timeout(120)
+def test_kept_batches_reach_the_file_with_every_flush(tmp_path):
+    """The fast path packs its batches in bulk; a flush (the flusher thread's every 0.5 s) writes those
+    kept so far, so a live reader is never more than a flush behind."""
+    loader = DataLoader(_Many(), batch_size=2, trace_dir=tmp_path)
+    it = iter(loader)
+    for _ in range(10):
+        next(it)
+    loader._lotus.w.flush()
+    fetch = load_events(tmp_path).query("name == 'fetch'")
+    assert sorted(fetch["batch_id"]) == list(range(10))
+    del it, loader
+
+
+@pytest.mark.timeout(120)
+def test_drains_from_another_thread_lose_and_repeat_nothing(tmp_path):
+    import threading
+
+    loader = DataLoader(_Many(), batch_size=2, trace_dir=tmp_path)
+    w = loader._lotus.w
+    stop = threading.Event()
+
+    def flusher():
+        while not stop.is_set():
+            w.flush()
+
+    t = threading.Thread(target=flusher)
+    t.start()
+    try:
+        n = sum(1 for _ in loader)
+    finally:
+        stop.set()
+        t.join()
+    del loader
+    ev = load_events(tmp_path)
+    fetch = ev[ev["name"] == "fetch"]
+    assert n == 2000 and sorted(fetch["batch_id"]) == list(range(2000))
+    steps = ev[ev["name"] == "step"].sort_values("batch_id")
+    assert steps["batch_id"].tolist() == list(range(2000))  # each hand-off's previous batch, in order

@@ -1,21 +1,25 @@
 """The num_workers=0 iterator of a plain traced loop: the same records as
-:class:`lotus.dataloader.iterators.TracedSingleProcessIter`, with the least Python per batch.
+:class:`lotus.dataloader.iterators.TracedSingleProcessIter`, with the least work per batch.
 
-The tracer's fixed cost per batch is the Python it runs (docs/overhead.md: ~465 bytecodes per batch
-before this path, ~260 with it). Here a batch costs three frames of lotus: ``__next__`` (the detail
-choice, the loop's wait and hand-off, the batch's records in one packed pair whose two 8-byte headers
-are packed once per iterator), ``_next_index`` (the dispatch's two clock reads, nothing else) and the
-collate function (a closure, which torch's fetcher calls as Python calls Python: an object with
-``__call__`` would cost a C-level re-entry); torch's own ``_next_data`` runs between them. Per-batch
-state lives in the recorder's slots and the iterator's own attributes (no tuple per batch). Used when
-the loader has no ITT tasks, no pinning, no probe end (``lotus run --steps``) and no replay
+Here a batch costs three frames of lotus: ``__next__`` (the detail choice, the loop's wait and hand-off),
+``_next_index`` (the dispatch's two clock reads) and the collate function (a closure, which torch's
+fetcher calls as Python calls Python: an object with ``__call__`` costs a C-level re-entry); torch's own
+``_next_data`` runs between them. A batch's clock reads are kept as one tuple and packed in bulk
+(:meth:`FastSingleProcessIter._lotus_drain`: every 64 batches, before the budget's next choice, before any
+other record of this iterator, at the epoch's end and from every writer flush, the flusher thread's
+included): packing and appending one batch's pair in place cost ~2 us, five times a tight loop's figure,
+as the batch's own work evicts the tracer's code and data (docs/overhead.md). Used when the loader has
+no ITT tasks, no pinning, no probe end (``lotus run --steps``) and no replay
 (``DataLoader._get_iterator`` picks it); anything else takes the general path. A detail batch's Compose
 patch (:class:`lotus.dataloader.transforms.TransformSwap`) is entered before torch's ``__next__`` and
-left after it, whichever way it returns. An iterator is one epoch of its loader: its records carry
-the epoch the loader was in when the iterator was made (``DataLoader.__iter__`` counts epochs).
+left after it, whichever way it returns. An iterator is one epoch of its loader: its records carry the
+epoch the loader was in when the iterator was made (``DataLoader.__iter__`` counts epochs).
 """
 
 from __future__ import annotations
+
+import threading
+import weakref
 
 from lotus.dataloader import _torch_compat as compat
 from lotus.dataloader import gpu as _gpu
@@ -65,6 +69,11 @@ class FastSingleProcessIter(TracedSingleProcessIter):
         super().__init__(loader)
         self._lotus_ep = ep = self._lt.epoch  # this iterator's epoch (a new iterator per epoch)
         self._lotus_pb, self._lotus_pt = _NO_PREV  # the batch the loop holds and its hand-off
+        # each batch's clock reads, packed in bulk by _lotus_drain (every _ROWS batches, before the
+        # budget's next choice, at the epoch's end, before any other record of this iterator, and
+        # from the writer's flush, the flusher thread's included: records stay <= ~0.5 s late)
+        self._lotus_rows: list = []
+        self._lotus_lock = threading.Lock()
         rec = self._lotus_rec
         if rec is None:
             self._lotus_rec = _Unopened()
@@ -75,6 +84,7 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             self._lotus_h2 = S.HEADER.pack(_MAIN_LOOP, rec.loader, ep)
             rec.budget.skip = 0  # the epoch's first batch asks the budget (always detail)
             self._lotus_ltid = id(self._lt)
+            rec.w.drains.append(weakref.WeakMethod(self._lotus_drain))
 
     def _lotus_collate(self, rec):
         if self._pin_memory or rec.itt is not None:  # (not a fast-path loop: kept for safety)
@@ -99,55 +109,79 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             detail = False
         else:
             detail = self._lotus_choose(rec, budget)
-        rec.c0 = rec.f0 = 0
-        rec.batch = self._num_yielded
+        rec.c0 = 0
+        rec.batch = batch = self._num_yielded
         try:
             data = _torch_next(self)
         except BaseException as exc:
-            self._lotus_close(exc)
+            self._lotus_close(exc, w0)
             self._lotus_next_failed(w0, exc)
             raise
         t1 = mono()
         try:
             if detail:
                 self._lotus_swap.__exit__(None, None, None)
-            d0 = rec.d0
-            f0 = rec.f0
-            c0 = rec.c0
-            if c0:  # the batch is ready when its collation returns
-                end = rec.c1
-                items = (rec.cn + 1) << _ITEMS
-                c0 -= d0
-            else:
-                end = t1
-                c0 = -1
-                items = 0
-            budget.prep_ns += end - f0
-            batch = rec.batch
-            w = rec.w
-            # the packed pair and the hand-off's bookkeeping as in _MainSide._lotus_after, inlined: a call
-            # here is a measurable share of the per-batch cost (tests/dataloader/test_fastpath.py keeps the
-            # two paths' records equal)
-            w.buf += _PACK2(self._lotus_h1, d0, end - d0, batch, f0 - d0, c0,
-                            self._lotus_h2, w0, t1 - w0, self._lotus_pb, self._lotus_pt,
-                            _DETAIL | items if detail else items)
-            self._lotus_pb = lt.last_batch = batch
-            self._lotus_pt = t1
+            # the batch's clock reads as they are: packed with the others later (_lotus_drain)
+            rows = self._lotus_rows
+            rows.append((batch, rec.d0, rec.f0, rec.c0, rec.c1, rec.cn, w0, t1, detail))
+            lt.last_batch = batch
             if cuda is not None:
                 cuda.got(batch)
             if _gpu._active_id != self._lotus_ltid:  # (reset when the active one is collected)
                 _gpu.set_active(lt)
-            if len(w.buf) >= w.flush_bytes:  # by time: the flusher thread (lotus.trace.writer)
-                lt.flush()
+            if len(rows) >= _ROWS:
+                self._lotus_drain(True)
         except Exception as exc:
             lt.fail("next", exc)
         return data
 
+    def _lotus_drain(self, flush: bool = False) -> None:
+        """The kept batches as packed pairs into the writer's buffer (exactly the records that
+        _MainSide._lotus_after writes one batch at a time; tests/dataloader/test_fastpath.py), their
+        preparation to the detail budget. From the loop's thread or the flusher thread (a lock); ``flush``:
+        the loop's thread writes the buffer out when it is over its bound."""
+        lt = self._lt
+        with self._lotus_lock:
+            rows = self._lotus_rows
+            n = len(rows)
+            if not n:
+                return
+            chunk = rows[:n]
+            del rows[:n]  # (the loop only appends: what came meanwhile stays for the next drain)
+            if not lt.on:
+                return
+            pb, pt = self._lotus_pb, self._lotus_pt
+            h1, h2 = self._lotus_h1, self._lotus_h2
+            prep = 0
+            out = []
+            for batch, d0, f0, c0, c1, cn, w0, t1, detail in chunk:
+                if c0:  # the batch is ready when its collation returns
+                    end = c1
+                    coll = c0 - d0
+                    items = (cn + 1) << _ITEMS
+                else:
+                    end = t1
+                    coll = -1
+                    items = 0
+                prep += end - f0
+                out.append(_PACK2(h1, d0, end - d0, batch, f0 - d0, coll, h2, w0, t1 - w0, pb, pt,
+                                  _DETAIL | items if detail else items))
+                pb, pt = batch, t1
+            self._lotus_pb, self._lotus_pt = pb, pt
+            rec = self._lotus_rec
+            rec.budget.prep_ns += prep
+            w = rec.w
+            w.buf += b"".join(out)
+        if flush and len(w.buf) >= w.flush_bytes:
+            lt.flush()
+
     def _lotus_choose(self, rec, budget) -> bool:
         """The budget's choice for the batch about to start (its first of the epoch: always detail)."""
+        self._lotus_drain()  # the kept batches' preparation first
         ep = self._lotus_ep
         rec.epoch = ep
-        rec.detail = detail = rec.on and budget.step(ep, rec.nrec, rec.nsamp)
+        with self._lotus_lock:  # (a drain from the flusher thread adds to the budget meanwhile)
+            rec.detail = detail = rec.on and budget.step(ep, rec.nrec, rec.nsamp)
         if detail:  # per-sample/per-op detail: timed items, and Composes timed until __next__ returns
             self._dataset_fetcher = self._lotus_detail_fetcher
             self._lotus_swap.__enter__()
@@ -163,21 +197,28 @@ class FastSingleProcessIter(TracedSingleProcessIter):
         rec.f0 = mono()  # the batch opens: dispatch ends, fetch starts
         return index
 
+    def _lotus_epoch_end(self, how: int) -> None:
+        self._lotus_drain()
+        super()._lotus_epoch_end(how)
+
     def _lotus_step_done(self, t0: int) -> None:
+        self._lotus_drain()
         pb = self._lotus_pb
         if pb != S.NO_ID:
             self._lotus_pb = S.NO_ID
             self._lt.record(S.EV_STEP, self._lotus_pt, t0 - self._lotus_pt, pb, S.NO_ID, 0)
 
-    def _lotus_close(self, exc: BaseException) -> None:
-        """torch's __next__ raised: the Compose patch ends; a batch that was opened is recorded as failed
-        (its dispatch, a finished collation, the failed or exhausted fetch)."""
+    def _lotus_close(self, exc: BaseException, w0: int) -> None:
+        """torch's __next__ raised: the Compose patch ends; a batch that was opened (its fetch started
+        after ``w0``) is recorded as failed (its dispatch, a finished collation, the failed or exhausted
+        fetch), after the kept batches."""
         rec = self._lotus_rec
         try:
+            self._lotus_drain()
             if rec.detail:
                 rec.detail = False
                 self._lotus_swap.__exit__(None, None, None)
-            if rec.f0:
+            if rec.f0 > w0:
                 self._lotus_t0 = rec.f0
                 self._lotus_failed_batch(rec, exc, rec.d0)
         except Exception as err:
@@ -185,3 +226,4 @@ class FastSingleProcessIter(TracedSingleProcessIter):
 
 
 _PACK2 = S.PACK2_HEADED
+_ROWS = 64  # batches kept before they are packed

@@ -98,6 +98,9 @@ class TraceWriter:
         self._last_flush_ns = time.monotonic_ns()
         self._closed = False
         self.closers: list = []  # called before the file closes (e.g. resolve pending CUDA events)
+        # weak methods that move records kept elsewhere into ``buf`` (the num_workers=0 fast path packs its
+        # batches in bulk): called before every flush, from the flusher thread too
+        self.drains: list = []
         try:
             d = Path(trace_dir)
             d.mkdir(parents=True, exist_ok=True)
@@ -198,10 +201,24 @@ class TraceWriter:
         self._define(S.NS_META, 0, json.dumps(meta, default=str, separators=(",", ":")))
 
     # -- flushing -----------------------------------------------------------------------------
+    def drain(self) -> None:
+        """Records kept elsewhere (``drains``) into ``buf``; a dead or failing drain is dropped."""
+        for ref in list(self.drains):
+            fn = ref()
+            try:
+                if fn is None:
+                    self.drains.remove(ref)
+                else:
+                    fn()
+            except Exception:
+                pass
+
     def flush(self) -> None:
         if os.getpid() != self.pid:  # inherited through fork: the parent owns this file
             self.buf = bytearray()
             return
+        if self.drains:
+            self.drain()
         if not self.buf:
             return
         if not self.ok:
@@ -259,6 +276,7 @@ class TraceWriter:
             except Exception:
                 pass
         try:
+            self.drain()  # before the end marker
             if self.ok:
                 self.buf += self.pack(S.CTRL_END, 0, 0, time.monotonic_ns(), 0, 0, 0, time.time_ns())
             self.flush()
@@ -329,7 +347,7 @@ class _FlushTimer:
                 writers = list(self._writers)
             for w in writers:
                 try:
-                    if w.buf and not w._closed:
+                    if (w.buf or w.drains) and not w._closed:
                         w.flush()
                 except Exception:  # the writer disables itself with a warning; never raise here
                     pass
