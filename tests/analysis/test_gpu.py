@@ -177,6 +177,13 @@ class _Sink:
         pass
 
 
+def _batches(probe, ids) -> None:
+    """The loop asks for and gets each batch of ``ids`` (what the iterators call around next())."""
+    for b in ids:
+        probe.request()
+        probe.got(b)
+
+
 def _polling(probe):
     """The probe as on a torch without the init queue (compat.cuda_on_init False): it polls."""
     probe._polling = probe.wanted = True
@@ -189,9 +196,7 @@ def test_cuda_probe_never_blocks_and_resolves_in_order():
     sink = _Sink()
     probe = _polling(CudaProbe(sink))
     probe._cuda = _FakeCuda
-    for b in range(3):
-        probe.request()
-        probe.got(b)
+    _batches(probe, range(3))
     assert sink.rows == []  # nothing completed on the "GPU": nothing resolved, nothing waited for
     for ev in [x for rec in probe._pending for x in rec[2:4]]:
         ev.done = True
@@ -246,13 +251,10 @@ def test_probe_waiting_for_cuda_asks_only_whether_it_is_initialised():
     sink = _Sink()
     probe = _polling(CudaProbe(sink))
     probe._cuda = _NotYet
-    for b in range(3):
-        probe.request()
-        probe.got(b)
+    _batches(probe, range(3))
     assert not probe.active and not probe._pending  # no events before CUDA is initialised
     _NotYet.initialized = True
-    probe.request()
-    probe.got(3)
+    _batches(probe, [3])
     assert probe.active and [p[:2] for p in probe._pending] == [(S.EV_GPU_WAIT, 3)]
 
 
@@ -274,14 +276,12 @@ def test_probe_waits_for_torch_to_say_cuda_is_initialised(monkeypatch):
     probe = CudaProbe(sink)
     probe._cuda = _Never
     assert len(queued) == 1 and not probe.wanted and not probe.active
-    probe.request()
-    probe.got(0)
+    _batches(probe, [0])
     assert not probe._pending
     probe._cuda = _FakeCuda
     queued[0]()  # torch initialises CUDA
     assert probe.wanted and probe.active
-    probe.request()
-    probe.got(1)
+    _batches(probe, [1])
     assert [p[:2] for p in probe._pending] == [(S.EV_GPU_WAIT, 1)]
     del probe
     queued[0]()  # a probe already freed: nothing happens, nothing raises

@@ -7,7 +7,7 @@ fetcher calls as Python calls Python: an object with ``__call__`` costs a C-leve
 ``_next_data`` runs between them. A batch's clock reads are kept as one tuple and packed in bulk
 (:meth:`FastSingleProcessIter._lotus_drain`: every 64 batches, before the budget's next choice, before any
 other record of this iterator, at the epoch's end and from every writer flush, the flusher thread's
-included): packing and appending one batch's pair in place cost ~2 us, five times a tight loop's figure,
+included): packing and appending one batch's pair in place cost 2.2-3.0 us, six to eight times a tight loop's figure,
 as the batch's own work evicts the tracer's code and data (docs/overhead.md). Used when the loader has
 no ITT tasks, no pinning, no probe end (``lotus run --steps``) and no replay
 (``DataLoader._get_iterator`` picks it); anything else takes the general path. A detail batch's Compose
@@ -25,11 +25,10 @@ from lotus.dataloader import _torch_compat as compat
 from lotus.dataloader import gpu as _gpu
 from lotus.dataloader.instrument import TimedCollate
 from lotus.dataloader.iterators import TracedSingleProcessIter
-from lotus.dataloader.main_side import _MainSide
+from lotus.dataloader.main_side import _MainSide, main_heads, main_pair
 from lotus.dataloader.recorder import mono
 from lotus.trace import schema as S
 
-_MAIN_BATCH, _MAIN_LOOP, _ITEMS, _DETAIL = S.EV_MAIN_BATCH, S.EV_MAIN_LOOP, S.MAIN_ITEMS_SHIFT, S.FETCH_DETAIL
 _NO_PREV = (S.NO_ID, 0)
 _Torch = compat.SingleProcessIter
 _torch_next, _torch_next_index = _Torch.__next__, _Torch._next_index  # globals: one cached lookup each
@@ -79,9 +78,7 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             self._lotus_rec = _Unopened()
         else:
             rec.epoch = ep
-            # the pair's two headers, fixed for the iterator (one epoch of one loader)
-            self._lotus_h1 = S.HEADER.pack(_MAIN_BATCH, rec.loader, ep)
-            self._lotus_h2 = S.HEADER.pack(_MAIN_LOOP, rec.loader, ep)
+            self._lotus_heads = main_heads(rec.loader, ep)  # fixed for the iterator (one epoch of one loader)
             rec.budget.skip = 0  # the epoch's first batch asks the budget (always detail)
             self._lotus_ltid = id(self._lt)
             rec.w.drains.append(weakref.WeakMethod(self._lotus_drain))
@@ -151,21 +148,13 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             if not lt.on:
                 return
             pb, pt = self._lotus_pb, self._lotus_pt
-            h1, h2 = self._lotus_h1, self._lotus_h2
+            heads = self._lotus_heads
             prep = 0
             out = []
             for batch, d0, f0, c0, c1, cn, w0, t1, detail in chunk:
-                if c0:  # the batch is ready when its collation returns
-                    end = c1
-                    coll = c0 - d0
-                    items = (cn + 1) << _ITEMS
-                else:
-                    end = t1
-                    coll = -1
-                    items = 0
+                end = c1 if c0 else t1  # the batch is ready when its collation returns
                 prep += end - f0
-                out.append(_PACK2(h1, d0, end - d0, batch, f0 - d0, coll, h2, w0, t1 - w0, pb, pt,
-                                  _DETAIL | items if detail else items))
+                out.append(main_pair(heads, batch, d0, f0, c0, cn, end, w0, t1, pb, pt, detail))
                 pb, pt = batch, t1
             self._lotus_pb, self._lotus_pt = pb, pt
             rec = self._lotus_rec
@@ -225,5 +214,4 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             self._lt.fail("fetch", err)
 
 
-_PACK2 = S.PACK2_HEADED
 _ROWS = 64  # batches kept before they are packed

@@ -111,7 +111,7 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         if type(data) is PinEnvelope:  # pinned: the batch's records now, pin and wait in __next__
             return self._lotus_pinned(rec, data, batch, d0, t0, c0, detail)
         # the batch's records are written with its wait, by __next__ (lotus.dataloader.main_side)
-        self._lotus_last = (batch, d0, t0, c0, rec.cn, end, _DETAIL if detail else 0)
+        self._lotus_last = (batch, d0, t0, c0, rec.cn, end, detail)
         return data
 
     def _lotus_pinned(self, rec, env: PinEnvelope, batch: int, d0: int, t0: int, c0: int, detail: bool):

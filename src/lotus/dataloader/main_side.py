@@ -22,6 +22,37 @@ _STEP, _WAIT, _CONSUMED, _NO_ID, _BUFFERED = S.EV_STEP, S.EV_WAIT, S.EV_CONSUMED
 _MAIN_BATCH, _MAIN_LOOP, _NO_PREV, _ITEMS = S.EV_MAIN_BATCH, S.EV_MAIN_LOOP, (S.NO_ID, 0), S.MAIN_ITEMS_SHIFT
 
 
+_PACK2_HEADED, _HEADER, _DETAIL_FLAG = S.PACK2_HEADED, S.HEADER.pack, S.FETCH_DETAIL
+_heads: dict = {}
+
+
+def main_heads(loader: int, epoch: int) -> tuple[bytes, bytes]:
+    """The two 8-byte headers of a num_workers=0 batch's packed pair (schema.EV_MAIN_BATCH, EV_MAIN_LOOP)."""
+    h = _heads.get((loader, epoch))
+    if h is None:
+        if len(_heads) > 4096:
+            _heads.clear()
+        h = _heads[(loader, epoch)] = (_HEADER(_MAIN_BATCH, loader, epoch), _HEADER(_MAIN_LOOP, loader, epoch))
+    return h
+
+
+def main_pair(heads: tuple[bytes, bytes], batch: int, d0: int, f0: int, c0: int, cn: int, end: int, w0: int,
+              t1: int, pb: int, pt: int, detail: bool) -> bytes:
+    """A num_workers=0 batch as its packed pair (docs/trace-format.md "Packed records"): dispatch from
+    ``d0``, fetch from ``f0`` to ``end``, collation from ``c0`` of ``cn`` items (``c0`` 0: none), the
+    loop's wait ``w0``..``t1``, and the batch it held before (``pb``, handed off at ``pt``). The one
+    writer of that pair, for both num_workers=0 iterators."""
+    if c0:
+        coll = c0 - d0
+        flags = (cn + 1) << _ITEMS
+    else:
+        coll = -1
+        flags = 0
+    if detail:
+        flags |= _DETAIL_FLAG
+    return _PACK2_HEADED(heads[0], d0, end - d0, batch, f0 - d0, coll, heads[1], w0, t1 - w0, pb, pt, flags)
+
+
 class NullTrace:
     """Stands in for a LoaderTrace when a loader runs policies without tracing."""
 
@@ -178,10 +209,9 @@ class _MainSide:
             lo, ep = lt.loader_id, lt.epoch
             prev = self._lotus_prev
             if len(last) == 7:  # num_workers=0: the whole batch in one packed pair (schema.EV_MAIN_BATCH)
-                batch, d0, f0, c0, cn, end, flags = last
+                batch, d0, f0, c0, cn, end, detail = last
                 pb, pt = prev if prev is not None else _NO_PREV
-                w.buf += _PACK2(_MAIN_BATCH, lo, ep, d0, end - d0, batch, f0 - d0, c0 - d0 if c0 else -1,
-                                _MAIN_LOOP, lo, ep, t0, t1 - t0, pb, pt, flags | (cn + 1) << _ITEMS)
+                w.buf += main_pair(main_heads(lo, ep), batch, d0, f0, c0, cn, end, t0, t1, pb, pt, detail)
                 p0 = 0
             else:
                 batch, buffered, p0, p1 = last
