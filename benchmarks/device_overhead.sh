@@ -12,7 +12,7 @@ set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=${RUNS:-3}
 ROUNDS=${ROUNDS:-2000}
-PAIRS=${PAIRS:-800}
+PAIRS=${PAIRS:-4000}
 if ls "$REPO"/.whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/click ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$REPO"/.whl/*.whl || exit 1
 fi

@@ -4,10 +4,14 @@ Each variant is a subclass of :class:`lotus.dataloader.fastpath.FastSingleProces
 keeps one piece; all loaders run in blocks of ``K`` batches (default 64), in a random order each round,
 so CPython's inline caches in torch's shared iterator code stay specialised for the loader that runs (see
 ``overhead_blocks.py``). Per round, each loader's median batch CPU time minus torch's; the median over
-rounds with a 95% bootstrap interval. The floor variants use the plain fetcher and no detail batches.
+rounds with a 95% bootstrap interval. The floor variants use the plain fetcher and no detail batches;
+``fast_no_detail`` / ``fast_full_detail`` are the fast path with (almost) no detail batches / every batch
+in detail: ``fast_path - fast_no_detail`` is what the detail budget spends a batch (its share of the work
+should be the budget's 0.5%), ``fast_full_detail - fast_no_detail`` one detail batch's cost.
 
     python benchmarks/overhead_ablation.py trivial 60        # rounds; ~1 min on 2 cores
     python benchmarks/overhead_ablation.py text 40 --block 64
+    python benchmarks/overhead_ablation.py text 60 --only fast_path,fast_no_detail,fast_full_detail
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ def main() -> int:
     p.add_argument("pipeline", choices=["text", "trivial"])
     p.add_argument("rounds", type=int)
     p.add_argument("--block", type=int, default=64)
+    p.add_argument("--only", default="", help="comma-separated variants to run (default: all)")
     a = p.parse_args()
     import torch
 
@@ -88,14 +93,20 @@ def main() -> int:
     torch.set_num_threads(1)
     ds = op._Text(2048) if a.pipeline == "text" else op._Trivial(4096)
 
-    def make(cls):
-        ld = DataLoader(ds, batch_size=8, trace_dir=tempfile.mkdtemp(prefix="lotus-ablation-"))
+    def make(cls, **kw):
+        ld = DataLoader(ds, batch_size=8, trace_dir=tempfile.mkdtemp(prefix="lotus-ablation-"), **kw)
         ld._get_iterator = lambda: cls(ld)  # this variant's iterator for every epoch
         return ld
 
     loaders = {"torch": torch.utils.data.DataLoader(ds, batch_size=8),
                "torch2": torch.utils.data.DataLoader(ds, batch_size=8),
                **{k: make(cls) for k, cls in variants().items()}}
+    from lotus.dataloader.fastpath import FastSingleProcessIter as Fast
+    loaders["fast_no_detail"] = make(Fast, trace_budget_pct=1e-9)  # only each epoch's first batch in detail
+    loaders["fast_full_detail"] = make(Fast, trace_detail="full")  # every batch in detail
+    if a.only:
+        keep = {"torch", "torch2", *a.only.split(",")}
+        loaders = {k: v for k, v in loaders.items() if k in keep}
     cyc = {k: op._Cycler(v) for k, v in loaders.items()}
     keys = list(cyc)
     for _ in range(30):

@@ -124,3 +124,24 @@ def test_drains_from_another_thread_lose_and_repeat_nothing(tmp_path):
     assert n == 2000 and sorted(fetch["batch_id"]) == list(range(2000))
     steps = ev[ev["name"] == "step"].sort_values("batch_id")
     assert steps["batch_id"].tolist() == list(range(2000))  # each hand-off's previous batch, in order
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.detail_budget
+def test_dispatch_starts_when_the_loop_asks_unless_lotus_worked_first(tmp_path):
+    """A plain batch's dispatch starts at its wait's start (one clock read fewer); a batch whose detail
+    choice ran first (lotus's own work) starts its dispatch after it, before its fetch."""
+    from lotus.trace import schema as S
+
+    loader = DataLoader(_Many(), batch_size=2, trace_dir=tmp_path)
+    assert sum(1 for _ in loader) == 2000
+    del loader
+    ev = load_events(tmp_path)
+    by = {k: ev[ev["name"] == k].set_index("batch_id").sort_index() for k in ("dispatch", "wait", "fetch")}
+    detail = (by["fetch"]["arg"].astype(int) & S.FETCH_DETAIL) != 0
+    same = by["dispatch"]["start_ns"] == by["wait"]["start_ns"]
+    assert detail.sum() >= 1 and (~detail).sum() > 1000
+    assert same[~detail].mean() > 0.9  # (a choice that came out plain also starts it after the choice)
+    assert not same[detail].any()
+    assert (by["dispatch"]["start_ns"] >= by["wait"]["start_ns"]).all()
+    assert (by["dispatch"]["start_ns"] + by["dispatch"]["dur_ns"] == by["fetch"]["start_ns"]).all()

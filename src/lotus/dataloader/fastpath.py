@@ -2,7 +2,7 @@
 :class:`lotus.dataloader.iterators.TracedSingleProcessIter`, with the least work per batch.
 
 Here a batch costs three frames of lotus: ``__next__`` (the detail choice, the loop's wait and hand-off),
-``_next_index`` (the dispatch's two clock reads) and the collate function (a closure, which torch's
+``_next_index`` (the dispatch's end) and the collate function (a closure, which torch's
 fetcher calls as Python calls Python: an object with ``__call__`` costs a C-level re-entry); torch's own
 ``_next_data`` runs between them. A batch's clock reads are kept as one tuple and packed in bulk
 (:meth:`FastSingleProcessIter._lotus_drain`: every 64 batches, before the budget's next choice, before any
@@ -37,7 +37,7 @@ _torch_next, _torch_next_index = _Torch.__next__, _Torch._next_index  # globals:
 class _Unopened:
     """Stands in for the recorder when this iterator could not set tracing up (``_next_index`` writes here)."""
 
-    __slots__ = ("d0", "f0")
+    __slots__ = ("f0",)
 
 
 def _collate_timer(fn, rec):
@@ -92,11 +92,12 @@ class FastSingleProcessIter(TracedSingleProcessIter):
         lt = self._lt
         if not lt.on:  # tracing stopped (a failure): torch's loop, untraced from now on
             return _MainSide.__next__(self)
-        w0 = mono()
+        w0 = d0 = mono()  # the loop asks for the batch: its dispatch starts (after lotus's own work, if any)
         cuda = self._lotus_cuda
         if cuda is not None:  # CUDA is available: events once it is initialised (lotus.dataloader.gpu)
             if cuda.wanted:
                 self._lotus_request(cuda)
+                d0 = mono()
             else:
                 cuda = None
         rec = self._lotus_rec
@@ -106,12 +107,13 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             detail = False
         else:
             detail = self._lotus_choose(rec, budget)
+            d0 = mono()
         rec.c0 = 0
         rec.batch = batch = self._num_yielded
         try:
             data = _torch_next(self)
         except BaseException as exc:
-            self._lotus_close(exc, w0)
+            self._lotus_close(exc, w0, d0)
             self._lotus_next_failed(w0, exc)
             raise
         t1 = mono()
@@ -120,7 +122,7 @@ class FastSingleProcessIter(TracedSingleProcessIter):
                 self._lotus_swap.__exit__(None, None, None)
             # the batch's clock reads as they are: packed with the others later (_lotus_drain)
             rows = self._lotus_rows
-            rows.append((batch, rec.d0, rec.f0, rec.c0, rec.c1, rec.cn, w0, t1, detail))
+            rows.append((batch, d0, rec.f0, rec.c0, rec.c1, rec.cn, w0, t1, detail))
             lt.last_batch = batch
             if cuda is not None:
                 cuda.got(batch)
@@ -158,7 +160,9 @@ class FastSingleProcessIter(TracedSingleProcessIter):
                 pb, pt = batch, t1
             self._lotus_pb, self._lotus_pt = pb, pt
             rec = self._lotus_rec
-            rec.budget.prep_ns += prep
+            budget = rec.budget
+            budget.prep_ns += prep
+            budget.prep_n += n
             w = rec.w
             w.buf += b"".join(out)
         if flush and len(w.buf) >= w.flush_bytes:
@@ -179,11 +183,8 @@ class FastSingleProcessIter(TracedSingleProcessIter):
         return detail
 
     def _next_index(self):
-        d0 = mono()
         index = _torch_next_index(self)  # StopIteration: the epoch ends, no batch was opened
-        rec = self._lotus_rec
-        rec.d0 = d0
-        rec.f0 = mono()  # the batch opens: dispatch ends, fetch starts
+        self._lotus_rec.f0 = mono()  # the batch opens: dispatch ends, fetch starts
         return index
 
     def _lotus_epoch_end(self, how: int) -> None:
@@ -197,7 +198,7 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             self._lotus_pb = S.NO_ID
             self._lt.record(S.EV_STEP, self._lotus_pt, t0 - self._lotus_pt, pb, S.NO_ID, 0)
 
-    def _lotus_close(self, exc: BaseException, w0: int) -> None:
+    def _lotus_close(self, exc: BaseException, w0: int, d0: int) -> None:
         """torch's __next__ raised: the Compose patch ends; a batch that was opened (its fetch started
         after ``w0``) is recorded as failed (its dispatch, a finished collation, the failed or exhausted
         fetch), after the kept batches."""
@@ -209,7 +210,7 @@ class FastSingleProcessIter(TracedSingleProcessIter):
                 self._lotus_swap.__exit__(None, None, None)
             if rec.f0 > w0:
                 self._lotus_t0 = rec.f0
-                self._lotus_failed_batch(rec, exc, rec.d0)
+                self._lotus_failed_batch(rec, exc, d0)
         except Exception as err:
             self._lt.fail("fetch", err)
 

@@ -107,7 +107,9 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         t0 = self._lotus_t0
         if self._lotus_active is not True:
             rec.itt.end()
-        rec.budget.prep_ns += end - t0
+        budget = rec.budget
+        budget.prep_ns += end - t0
+        budget.prep_n += 1
         if type(data) is PinEnvelope:  # pinned: the batch's records now, pin and wait in __next__
             return self._lotus_pinned(rec, data, batch, d0, t0, c0, detail)
         # the batch's records are written with its wait, by __next__ (lotus.dataloader.main_side)

@@ -60,7 +60,7 @@ class Recorder:
     ``depth``/``nrec`` let nested ops attribute time to the innermost op once.
     """
 
-    __slots__ = ("batch", "budget", "c0", "c1", "cn", "compose_ids", "d0", "depth", "detail", "epoch", "f0", "h_batch",
+    __slots__ = ("batch", "budget", "c0", "c1", "cn", "compose_ids", "depth", "detail", "epoch", "f0", "h_batch",
                  "h_collate", "h_load", "in_sample", "itt", "loader", "nrec", "nsamp", "on", "sample", "tf_end",
                  "tf_start", "w", "worker_id")
 
@@ -75,7 +75,7 @@ class Recorder:
         self.tf_end = 0
         self.in_sample = False
         self.c0 = self.c1 = self.cn = 0  # the batch's collation (start, end, items): written with its fetch
-        self.d0 = self.f0 = 0  # num_workers=0's fast path: the batch's dispatch start and fetch start
+        self.f0 = 0  # num_workers=0's fast path: the batch's fetch start (its dispatch end)
         self.depth = 0  # Compose loops in progress (lotus.dataloader.compose)
         self.nrec = 0  # op events recorded so far: an op that saw this change records nothing itself
         self.nsamp = 0  # per-sample records so far (the budget's cost estimate)
@@ -140,5 +140,7 @@ class Recorder:
         else:
             w.buf += w.pack(kind, self.loader, self.epoch, start_ns, t - start_ns, self.batch, S.NO_ID, flags)
         if kind == S.EV_FETCH:
-            self.budget.prep_ns += t - start_ns  # accounted by the next batch's step()
+            budget = self.budget  # accounted by the next batch's step()
+            budget.prep_ns += t - start_ns
+            budget.prep_n += 1
         return t
