@@ -17,7 +17,6 @@ should be the budget's 0.5%), ``fast_full_detail - fast_no_detail`` one detail b
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import tempfile
@@ -107,18 +106,8 @@ def main() -> int:
     if a.only:
         keep = {"torch", "torch2", *a.only.split(",")}
         loaders = {k: v for k, v in loaders.items() if k in keep}
-    cyc = {k: op._Cycler(v) for k, v in loaders.items()}
-    keys = list(cyc)
-    for _ in range(30):
-        for k in keys:
-            cyc[k].next_cpu_ns()
-    t: dict[str, list[float]] = {k: [] for k in keys}
-    rng = random.Random(1)
-    for _ in range(a.rounds):
-        order = keys[:]
-        rng.shuffle(order)
-        for k in order:
-            t[k].append(statistics.median([cyc[k].next_cpu_ns() for _ in range(a.block)]))
+    t = op.shuffled_rounds(loaders, a.rounds, a.block)
+    keys = list(t)
     print(f"{a.pipeline}: torch {statistics.median(t['torch']) / 1e3:.1f} us/batch, {a.rounds} rounds of "
           f"blocks of {a.block} batches")
     for k in keys[1:]:

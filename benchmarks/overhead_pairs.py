@@ -146,6 +146,27 @@ def bootstrap_median_ci(values: list[float], n: int = 2000, seed: int = 0) -> tu
     return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
 
 
+def shuffled_rounds(loaders: dict, rounds: int, block: int = 1, warmup: int = 30) -> dict[str, list[float]]:
+    """Many loaders in one process: each round runs every loader once, in a random order, for ``block``
+    batches (the median batch CPU ns of the block; ``block`` 1: that batch's). Per loader, one value per
+    round (``overhead_versions.py``: per batch; ``overhead_ablation.py``: blocks, so CPython's inline caches
+    stay specialised for the loader that runs)."""
+    cyc = {k: _Cycler(v) for k, v in loaders.items()}
+    for _ in range(warmup):
+        for c in cyc.values():
+            c.next_cpu_ns()
+    t: dict[str, list[float]] = {k: [] for k in cyc}
+    rng = random.Random(1)
+    keys = list(cyc)
+    for _ in range(rounds):
+        order = keys[:]
+        rng.shuffle(order)
+        for k in order:
+            c = cyc[k]
+            t[k].append(c.next_cpu_ns() if block == 1 else statistics.median([c.next_cpu_ns() for _ in range(block)]))
+    return t
+
+
 def alternate(a, b, pairs: int, warmup: int) -> dict:
     """Per-pair CPU ns of ``a`` and ``b`` (alternating which goes first); ratio b/a and difference b-a."""
     ca, cb = _Cycler(a), _Cycler(b)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import shutil
 import statistics
@@ -56,18 +55,7 @@ def main() -> int:
                "base": Base(ds, batch_size=8, trace_dir=str(tmp / "base")),
                "new": New(ds, batch_size=8, trace_dir=str(tmp / "new")),
                "torch2": torch.utils.data.DataLoader(ds, batch_size=8)}
-    cyc = {k: op._Cycler(v) for k, v in loaders.items()}
-    keys = list(cyc)
-    for _ in range(30):
-        for k in keys:
-            cyc[k].next_cpu_ns()
-    t: dict[str, list[int]] = {k: [] for k in keys}
-    rng = random.Random(1)
-    for _ in range(a.rounds):
-        order = keys[:]
-        rng.shuffle(order)
-        for k in order:
-            t[k].append(cyc[k].next_cpu_ns())
+    t = op.shuffled_rounds(loaders, a.rounds)
     out = {"pipeline": a.pipeline, "rounds": a.rounds, "python": sys.version.split()[0], "torch": torch.__version__,
            "torch_ms_per_batch": statistics.median(t["torch"]) / 1e6}
     for k, ref in (("base", "torch"), ("new", "torch"), ("torch2", "torch"), ("new", "base")):

@@ -246,21 +246,31 @@ def test_step_chooses_by_the_budget_rule_and_its_skip_changes_nothing_when_stead
     assert cost <= 0.01 * sum(ragged) + 10 * (8 * 1_500 + 24 * 800 + 0.02 * 400_000)  # + first batches
 
 
+def _fast_path_caller(b, own, extra: float = 0.0, ops: int = 24):
+    """Runs ``b`` as the fast path does (honouring its skip) over batches whose own work is ``own`` (ns,
+    one per batch); a detail batch adds ``extra`` ns to its preparation and records ``ops`` op and 8 sample
+    records. Returns (detail batches, budget calls, the work, the extra spent)."""
+    details = calls = 0
+    work = spent = 0.0
+    for w in own:
+        if b.skip:
+            b.skip -= 1
+            d = False
+        else:
+            calls += 1
+            d = b.step(0, ops * details, 8 * details)
+        details += d
+        b.prep_ns += w + (extra if d else 0.0)
+        b.prep_n += 1
+        work += w
+        spent += extra if d else 0.0
+    return details, calls, work, spent
+
+
 def test_a_caller_honouring_skip_asks_about_twice_per_detail_batch():
     """Each call costs the fast path a drain and a step (~2 us a batch on text when it was ~7 calls per
     detail batch): with steady batches the skip covers the whole way to the next detail batch."""
-    from lotus.dataloader.budget import DetailBudget
-
-    b = DetailBudget(0.005)
-    calls = details = 0
-    for _ in range(20_000):
-        if b.skip:
-            b.skip -= 1
-        else:
-            calls += 1
-            details += b.step(0, 24 * details, 8 * details)
-        b.prep_ns += 240_000
-        b.prep_n += 1
+    details, calls, _, _ = _fast_path_caller(B.DetailBudget(0.005), [240_000] * 20_000)
     assert details > 100 and calls <= 2 * details + 1
 
 
@@ -274,23 +284,8 @@ def test_detail_batches_are_charged_what_they_really_cost(factor):
     rng = random.Random(5)
     fraction, plain = 0.005, 240_000
     model = 8 * B.SAMPLE_COST_NS + 24 * B.OP_COST_NS + B.RELATIVE_COST * plain
-    b = B.DetailBudget(fraction)
-    nrec = nsamp = 0
-    spent = work = details = 0
-    for _ in range(60_000):
-        if b.skip:
-            b.skip -= 1
-            d = False
-        else:
-            d = b.step(0, nrec, nsamp)
-        own = plain * rng.uniform(0.85, 1.15)  # the pipeline's own work, ragged
-        extra = factor * model if d else 0.0
-        if d:
-            nrec, nsamp, details = nrec + 24, nsamp + 8, details + 1
-        b.prep_ns += own + extra
-        b.prep_n += 1
-        spent += extra
-        work += own
+    own = [plain * rng.uniform(0.85, 1.15) for _ in range(60_000)]  # the pipeline's own work, ragged
+    details, _, work, spent = _fast_path_caller(B.DetailBudget(fraction), own, factor * model)
     expected = fraction * work / max(factor * model, model)  # detail batches the budget pays for
     assert details == pytest.approx(expected, rel=0.1)
     assert spent <= 1.1 * fraction * work
@@ -308,20 +303,7 @@ def test_noisy_batches_do_not_raise_a_detail_batchs_cost():
     shares = []
     for seed in range(20):
         rng = random.Random(seed)
-        b = B.DetailBudget(fraction)
-        nrec = nsamp = details = 0
-        work = 0.0
-        for _ in range(800):
-            if b.skip:
-                b.skip -= 1
-                d = False
-            else:
-                d = b.step(0, nrec, nsamp)
-            own = plain * rng.uniform(0.9, 1.1) + (15_000_000 if rng.random() < 0.05 else 0)
-            if d:
-                nrec, nsamp, details = nrec + 40, nsamp + 8, details + 1
-            b.prep_ns += own + (300_000 if d else 0)
-            b.prep_n += 1
-            work += own
+        own = [plain * rng.uniform(0.9, 1.1) + (15_000_000 if rng.random() < 0.05 else 0) for _ in range(800)]
+        details, _, work, _ = _fast_path_caller(B.DetailBudget(fraction), own, 300_000, ops=40)
         shares.append(details / (fraction * work / model))
     assert min(shares) > 0.85 and max(shares) < 1.1

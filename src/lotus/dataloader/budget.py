@@ -16,9 +16,9 @@ op record, plus :data:`RELATIVE_COST` of its work: the caches the tracer's code 
 pixel-heavy ops, measured by ``benchmarks/overhead_pairs.py``) and, once :data:`MEASURED_AFTER` detail
 batches were seen, what detail batches really cost on this host and pipeline: each detail batch's
 preparation minus the running mean of plain batches', averaged, at the lower end of its interval (so
-noise never raises it). The model was fitted on one machine; on the H100 host the records cost ~25% more
-on the text pipeline and ~70% more on the trivial one, and the model alone overspent the budget there.
-The first :data:`FIRST_DETAIL_BATCHES` batches of every
+noise never raises it). The model was fitted on one machine; on H100 hosts a detail batch cost 24-49%
+more on the text pipeline and 71-95% more on the trivial one (benchmarks/overhead_ablation.py), and the
+model alone overspent the budget there. The first :data:`FIRST_DETAIL_BATCHES` batches of every
 epoch on every worker (and of the main process with num_workers=0) are always in detail, so each epoch
 and worker is covered, and a pipeline whose cost is not known yet (its first batch) is recorded in full.
 
