@@ -29,16 +29,26 @@ from torch.utils.data import DataLoader, Dataset
 
 
 class Spin(Dataset):
-    """``n`` samples, each costing ``ms`` milliseconds of CPU (thread time) and a 3x32x32 tensor."""
+    """``n`` samples, each costing ``ms`` milliseconds of CPU (thread time) and a 3x32x32 tensor; with
+    ``jitter`` > 0 the cost is ``ms`` times a log-normal factor of mean 1 (sigma ``jitter``, seeded by the
+    sample index: the same sample costs the same in every epoch and run)."""
 
-    def __init__(self, n: int, ms: float):
-        self.n, self.ms = n, ms
+    def __init__(self, n: int, ms: float, jitter: float = 0.0):
+        self.n, self.ms, self.jitter = n, ms, jitter
 
     def __len__(self):
         return self.n
 
+    def cost_ms(self, i: int) -> float:
+        if not self.jitter:
+            return self.ms
+        import random
+
+        z = random.Random(i).gauss(0.0, 1.0)
+        return self.ms * math.exp(self.jitter * z - self.jitter ** 2 / 2)
+
     def __getitem__(self, i):
-        end = time.thread_time_ns() + int(self.ms * 1e6)
+        end = time.thread_time_ns() + int(self.cost_ms(i) * 1e6)
         x = 0
         while time.thread_time_ns() < end:
             x += 1
@@ -80,6 +90,8 @@ def main(argv=None) -> int:
     p.add_argument("data", nargs="?", type=Path)
     p.add_argument("--synthetic", type=float, default=None, metavar="MS", help="CPU ms per sample instead of DATA")
     p.add_argument("--samples", type=int, default=8192, help="dataset size with --synthetic")
+    p.add_argument("--jitter", type=float, default=0.0, metavar="SIGMA",
+                   help="with --synthetic: log-normal spread of the per-sample cost (mean kept)")
     p.add_argument("-a", "--arch", default="resnet18", help="torchvision model, or 'none' (no model step)")
     p.add_argument("-b", "--batch-size", type=int, default=128)
     p.add_argument("-j", "--workers", type=int, default=4)
@@ -95,7 +107,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.synthetic is None and a.data is None:
         p.error("give DATA or --synthetic MS")
-    ds = Spin(a.samples, a.synthetic) if a.synthetic is not None else image_folder(a.data)
+    ds = Spin(a.samples, a.synthetic, a.jitter) if a.synthetic is not None else image_folder(a.data)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = None
     if a.arch != "none":

@@ -9,13 +9,16 @@ in-process probe stop rule of :mod:`lotus.dataloader.probe` while a job runs):
   window's median (a first CUDA step, a cold start) are start-up and left out too (at most a few).
   Epoch starts inside the window count: a long run pays them.
 * **rate**: samples in the window / the window's seconds.
-* **interval**: batch means. The window is cut into ``m`` consecutive blocks of whole rounds of the
-  workers (a round: ``num_workers`` batches; bursts of workers average out inside a block); the
-  ratio estimator's standard error from the blocks' residuals ``n_j - R d_j``, Student's t with
-  ``m - 1`` degrees of freedom. Fewer than :data:`MIN_BLOCKS` blocks: no interval (``ci95`` None).
-  With ``epochs`` given and at least ``MIN_BLOCKS`` epoch starts inside the window (epoch starts, with
-  their restart gaps, dominate the variance of blocks that hold one or not), blocks are whole epochs
-  instead (grouped to at most :data:`MAX_BLOCKS`), so that every block pays its share of epoch starts.
+* **interval**: the ratio estimator's standard error (per hand-off ``e = samples - R x gap``), Student's t.
+  Hand-offs inside epochs: batch means over ``m`` consecutive blocks of whole rounds of the workers (a
+  round: ``num_workers`` batches; bursts of workers average out inside a block). With ``epochs`` given,
+  each epoch start inside the window (its restart gap and the burst of its first round) is a unit of its
+  own, a second stratum: a restart recurs at the same place of every epoch, so mixed into the blocks it
+  made the one or two blocks holding it look like noise and widened a steady job's interval several times
+  over. Degrees of freedom by Welch-Satterthwaite. Fewer than :data:`MIN_BLOCKS` blocks: no interval
+  (``ci95`` None), unless the window holds :data:`MIN_BLOCKS` epoch starts (epochs of a batch or two):
+  then blocks of whole epochs. Calibrated against repeats: ``benchmarks/calibration_sim.py`` (simulated
+  jobs of known structure) and ``benchmarks/calibration.py`` (real jobs, each repeat its own process).
 
 ``segments``: hand-offs split into independent stretches (a replay probe's epochs): each stretch skips
 its own ramp and the gaps between stretches are not counted.
@@ -108,22 +111,10 @@ def _startup(t: np.ndarray, k: int) -> int:
     return s
 
 
-def _blocks(t: np.ndarray, n: np.ndarray, start: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per block of ``size`` hand-offs from index ``start``: (samples, seconds); the rest joins the last."""
-    count = (len(t) - start) // size
-    if count <= 0:
-        return np.zeros(0), np.zeros(0)
-    edges = start + size * np.arange(count + 1)
-    edges[-1] = len(t)
-    csum = np.concatenate([[0.0], np.cumsum(n)])
-    samples = csum[edges[1:]] - csum[edges[:-1]]
-    secs = (t[edges[1:] - 1] - t[edges[:-1] - 1]) / 1e9
-    return samples, secs
-
-
 def _epoch_blocks(t: np.ndarray, n: np.ndarray, start: int, epochs: np.ndarray):
     """Blocks of whole epochs from index ``start`` (the first, partial epoch joins the first block); None when
-    the window holds fewer than MIN_BLOCKS epoch starts."""
+    the window holds fewer than MIN_BLOCKS epoch starts. Only for windows of too few hand-offs inside epochs
+    to block them (epochs of a batch or two): :func:`_stratified` otherwise."""
     ep = epochs[start:]
     starts = np.flatnonzero(np.diff(ep) != 0) + 1 + start  # indices where a new epoch begins
     if len(starts) < MIN_BLOCKS:
@@ -133,6 +124,86 @@ def _epoch_blocks(t: np.ndarray, n: np.ndarray, start: int, epochs: np.ndarray):
     csum = np.concatenate([[0.0], np.cumsum(n)])
     b = np.asarray(bounds)
     return csum[b[1:]] - csum[b[:-1]], (t[b[1:] - 1] - t[b[:-1] - 1]) / 1e9
+
+
+def _block_sums(x: np.ndarray, size: int) -> np.ndarray:
+    """Sums of consecutive groups of ``size`` values (the rest joins the last group)."""
+    count = len(x) // size
+    if count <= 0:
+        return np.zeros(0)
+    edges = size * np.arange(count + 1)
+    edges[-1] = len(x)
+    csum = np.concatenate([[0.0], np.cumsum(x)])
+    return csum[edges[1:]] - csum[edges[:-1]]
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """The rate's standard error and its degrees of freedom, from the units behind it."""
+
+    se: float
+    dof: int
+    units: int
+    rough: bool = False  # blocks shorter than a round of the workers
+
+
+def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int) -> _Spread | None:
+    """Standard error of ``rate`` over the windows of ``parts`` (linearised ratio: per hand-off
+    ``e = samples - rate x gap``), with epoch restarts as their own stratum.
+
+    * hand-offs inside epochs: batch means, consecutive blocks of whole rounds of the workers (at most
+      :data:`MAX_BLOCKS`), variance ``m x s^2`` of the blocks' sums of ``e``;
+    * epoch restarts: one unit each, the epoch's first ``refill`` hand-offs (a round of the workers: the
+      restart gap, then the rest of the first round, which the workers started together deliver as a
+      burst), variance ``k x s^2`` of the units' sums of ``e``. A restart recurs at the same place of every epoch;
+      mixed into the blocks, the one or two blocks that hold it widen the interval of a steady job several
+      times over (the H100 host: +-14-19% where repeated runs agreed within +-2.3%).
+      One restart only: its spread is taken as 20% of it (or the blocks' relative spread, if larger).
+
+    Degrees of freedom by Welch-Satterthwaite. None when fewer than :data:`MIN_BLOCKS` blocks inside epochs.
+    """
+    e_in, e_re = [], []
+    for t, n, st, ep in parts:
+        if st >= len(t):
+            continue
+        d = np.diff(t[st - 1:]) / 1e9
+        e = n[st:] - rate * d
+        unit = np.full(len(e), -1)  # the restart unit of each hand-off (-1: inside an epoch)
+        if ep is not None:
+            for j, s0 in enumerate(np.flatnonzero(ep[st:] != ep[st - 1:-1])):
+                unit[s0:s0 + refill] = np.where(unit[s0:s0 + refill] < 0, j, unit[s0:s0 + refill])
+        inside = unit < 0
+        e_in.append((e[inside], d[inside]))
+        if not inside.all():
+            ids = unit[~inside]
+            e_re.append((np.bincount(ids, weights=e[~inside])[np.unique(ids)],
+                         np.bincount(ids, weights=d[~inside])[np.unique(ids)]))
+    n_in = sum(len(x) for x, _ in e_in)
+    size = round_len * max(1, math.ceil(n_in / (round_len * MAX_BLOCKS)))
+    if n_in < MIN_BLOCKS * size:
+        size = max(1, n_in // MIN_BLOCKS)
+    sums = [(_block_sums(x, size), _block_sums(dd, size)) for x, dd in e_in]
+    blocks = np.concatenate([s for s, _ in sums]) if sums else np.zeros(0)
+    block_s = np.concatenate([s for _, s in sums]) if sums else np.zeros(0)
+    m = len(blocks)
+    if m < MIN_BLOCKS:
+        return None
+    v_in = m * float(np.var(blocks, ddof=1))
+    re = np.concatenate([x for x, _ in e_re]) if e_re else np.zeros(0)
+    k = len(re)
+    v_re, dof_re = 0.0, None
+    if k >= 2:
+        v_re, dof_re = k * float(np.var(re, ddof=1)), k - 1
+    elif k == 1:
+        gap_s = float(np.concatenate([g for _, g in e_re])[0])
+        rel = float(np.std(blocks, ddof=1) / (rate * block_s.mean())) if rate and block_s.mean() > 0 else 0.0
+        v_re = (max(rel, 0.2) * rate * gap_s) ** 2
+    v = v_in + v_re
+    if v_in > 0 and dof_re is not None and v_re > 0:
+        dof = v ** 2 / (v_in ** 2 / (m - 1) + v_re ** 2 / dof_re)
+    else:
+        dof = m - 1
+    return _Spread(math.sqrt(v) / total_d, max(int(dof), 1), m + k, rough=size < round_len)
 
 
 def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=None, epochs=None) -> SteadyRate:
@@ -162,36 +233,30 @@ def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=Non
         why = (f"{len(t_all)} batch(es) handed out: none after the ramp of {k}" if len(t_all)
                else "no batch was handed out")
         return SteadyRate(None, None, 0, 0.0, 0.0, k, 0, 0, note=why)
-    size = round_len * max(1, math.ceil(win_batches / (round_len * MAX_BLOCKS)))
-    if win_batches < MIN_BLOCKS * size:
-        size = max(1, win_batches // MIN_BLOCKS)
-    bn, bd = [], []
-    by_epoch = None
-    if epochs is not None and segments is None and len(parts) == 1:
-        t, n, st = parts[0]
-        by_epoch = _epoch_blocks(t, n, st, np.asarray(epochs))
-    if by_epoch is not None:
-        bn, bd = [by_epoch[0]], [by_epoch[1]]
-        size = round_len  # whole epochs: longer than a round
-    for t, n, st in parts if by_epoch is None else []:
-        a, b = _blocks(t, n, st, size)
-        bn.append(a)
-        bd.append(b)
-    bn, bd = np.concatenate(bn), np.concatenate(bd)
-    total_n, total_d = float(bn.sum()), float(bd.sum())
+    total_n = float(sum(n[st:].sum() for _, n, st in parts))
+    total_d = float(sum((t[-1] - t[st - 1]) / 1e9 for t, _, st in parts if st < len(t)))
     if total_d <= 0:
         return SteadyRate(None, None, win_batches, total_n, 0.0, k, skipped_startup, 0, note="no time elapsed")
     rate = total_n / total_d
-    m = len(bn)
     if win_batches < MIN_ROUNDS * round_len:
         notes.append(f"window of {win_batches} batches is under {MIN_ROUNDS} rounds of {round_len} workers")
-    ci = None
-    if m >= MIN_BLOCKS:
-        resid = bn - rate * bd
-        se = math.sqrt(float((resid ** 2).sum()) / (m * (m - 1))) / (total_d / m)
-        hw = t975(m - 1) * se
+    ep_all = None if epochs is None or segments is not None else np.asarray(epochs)
+    with_ep = [(t, n, st, ep_all) for t, n, st in parts]
+    spread = _stratified(with_ep, rate, total_d, round_len, round_len)
+    if spread is None and ep_all is not None and len(parts) == 1:
+        t, n, st = parts[0]
+        cyc = _epoch_blocks(t, n, st, ep_all)
+        if cyc is not None:
+            bn, bd = cyc
+            resid = bn - rate * bd
+            m = len(bn)
+            spread = _Spread(math.sqrt(float((resid ** 2).sum()) / (m * (m - 1))) / (total_d / m), m - 1, m)
+    ci, m = None, 0
+    if spread is not None:
+        m = spread.units
+        hw = t975(spread.dof) * spread.se
         ci = (max(rate - hw, 0.0), rate + hw)
-        if size < round_len:
+        if spread.rough:
             notes.append("blocks shorter than a round of the workers: the interval is rough")
     else:
         notes.append(f"{win_batches} batches after the ramp: too few for an interval")

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Issue 24 on the GPU host: the ResNet-18 JPEG job (benchmarks/reference_train.py, plain torch timing its own
+# steady state) traced by `lotus run` at CPU x worker points, repeated runs of one point, a cold-cache run.
+# The traces come back (tgz per phase) so that the model's checks, the sensitivity search and the interval's
+# calibration can be replayed on them anywhere (benchmarks/answers_replay.py).
+#
+#   OUT=res benchmarks/device_answers.sh grid repeats cold
+#   OUT=res GRID="1:0 2:2 16:16" SECONDS_STEADY=15 benchmarks/device_answers.sh grid
+#   OUT=res benchmarks/device_answers.sh calib      # benchmarks/calibration.py (CPU jobs pinned to 2 CPUs)
+#
+# Every run: lotus run --cpus 0-(C-1) -o $WORK/<phase>/cC-wW -- python3 reference_train.py DATA -a resnet18
+# -b 128 -j W --bf16 --channels-last --pin-memory --persistent-workers --seconds $SECONDS_STEADY --json own.json
+# Wheels the host lacks (click, rich, natsort, ...) are installed from .whl/ when present.
+set -u
+: "${OUT:?set OUT to the results folder}"
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${WORK:-/tmp/lotus-answers}
+DATA=$WORK/jpegs
+SECS=${SECONDS_STEADY:-15}
+mkdir -p "$WORK" "$OUT"
+if ls "$REPO"/.whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/click ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        "$REPO"/.whl/*.whl || exit 1
+fi
+export PYTHONPATH=$REPO/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+PY=python3
+T0=$(date +%s)
+LIMIT=${LIMIT_S:-560}  # stop starting runs after this many seconds (a command has 600)
+
+data() {
+    [ -f "$DATA/.done" ] && return 0
+    $PY - "$DATA" "${DATA_IMAGES:-8192}" <<'EOF' || return 1
+import sys, time
+from pathlib import Path
+from lotus.demo.dataset import DatasetSpec, generate_image_folder
+t = time.time()
+n = int(sys.argv[2])
+generate_image_folder(Path(sys.argv[1]), DatasetSpec(images=n), workers=16)
+Path(sys.argv[1], ".done").write_text(f"{n}\n")
+print(f"generated {n} JPEGs in {time.time() - t:.0f} s")
+EOF
+}
+
+late() { [ $(( $(date +%s) - T0 )) -ge "$LIMIT" ]; }
+
+one() {  # one traced run: phase cpus workers name [extra env]
+    local phase=$1 c=$2 w=$3 name=$4
+    local dir=$WORK/$phase/$name
+    [ -f "$dir/own.json" ] && return 0
+    late && { echo "skip $phase/$name: time"; return 0; }
+    mkdir -p "$WORK/$phase"
+    local t=$(date +%s.%N)
+    $PY -m lotus run --cpus "0-$((c - 1))" -o "$dir" --no-verdict -- \
+        $PY "$REPO/benchmarks/reference_train.py" "$DATA" -a resnet18 -b 128 -j "$w" --bf16 --channels-last \
+        --pin-memory --persistent-workers --seconds "$SECS" --json "$dir.own.json" > "$dir.log" 2>&1
+    local rc=$?
+    [ -f "$dir.own.json" ] && mv "$dir.own.json" "$dir/own.json"
+    echo "$phase/$name rc=$rc $(python3 -c "import time;print(round(time.time()-$t,1))")s $(cat "$dir/own.json" 2>/dev/null | head -c 400)"
+}
+
+pack() { tar -czf "$OUT/$1.tgz" -C "$WORK" "$1" 2>/dev/null; }
+
+phase_grid() {
+    data || return 1
+    for p in ${GRID:-1:0 1:1 2:2 4:4 8:8 16:16 2:1 4:3 8:7 12:12 16:15}; do
+        one grid "${p%%:*}" "${p##*:}" "c${p%%:*}-w${p##*:}"
+        pack grid
+    done
+}
+
+phase_repeats() {
+    data || return 1
+    for k in $(seq 1 "${REPEATS:-5}"); do
+        one repeats 16 16 "c16-w16-r$k"
+        pack repeats
+    done
+}
+
+phase_cold() {
+    data || return 1
+    $PY - "$DATA" <<'EOF'
+import sys
+from pathlib import Path
+from lotus.profile import pagecache
+files = [str(p) for p in Path(sys.argv[1]).rglob("*.jpg")]
+pagecache.evict(files)
+print(f"evicted {len(files)} files")
+EOF
+    one cold 16 15 c16-w15-cold
+    pack cold
+}
+
+phase_calib() {
+    $PY "$REPO/benchmarks/calibration.py" --work "$WORK/calib" --repeats "${CAL_REPEATS:-6}" \
+        --seconds "${CAL_SECONDS:-6}" --cpus 0-1 --json "$OUT/calibration_h100_2cpus.json" \
+        > "$OUT/calibration.log" 2>&1
+    tail -12 "$OUT/calibration.log"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/env.txt" 2>&1
+$PY -c "import torch, torchvision, sys; print(sys.version.split()[0], torch.__version__, torchvision.__version__)" >> "$OUT/env.txt"
+for phase in "$@"; do
+    echo "== $phase ($(( $(date +%s) - T0 )) s)"
+    "phase_$phase"
+done
+echo "== done ($(( $(date +%s) - T0 )) s)"
