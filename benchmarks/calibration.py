@@ -13,7 +13,8 @@ machine's drift touches every job alike. For each job, over its repeats:
 default caps) and reports how each ended and how long it took; its intervals are scored against the mean of
 the other repeats as above.
 
-    python benchmarks/calibration.py --work /tmp/lotus-cal --repeats 8 --seconds 10 --json docs/results/calibration_2cpu.json
+    python benchmarks/calibration.py --work /tmp/lotus-cal --repeats 8 --seconds 10 \
+        --json docs/results/calibration_2cpu.json
     python benchmarks/calibration.py --work /tmp/lotus-cal --analyse-only      # re-read the traces (new estimator)
 
 Traces are kept under ``--work/<mode>/<job>/r<k>``; a repeat whose directory holds a finished run is reused
@@ -181,8 +182,9 @@ def main(argv=None) -> int:
               f"{pct(s['rel_mean_hw']):>8s} {s['width_ratio'] or math.nan:6.2f} {pct(s['coverage'])} "
               f"{pct(s['bias_median'])}")
     if a.json:
-        a.json.write_text(json.dumps({"args": {k: v for k, v in vars(a).items() if k != "cpu_list"} | {"json": str(a.json)}, "jobs": {j: JOBS[j] for j in jobs},
-                                      "scores": scores}, indent=1, default=str))
+        args = {k: v for k, v in vars(a).items() if k != "cpu_list"} | {"json": str(a.json)}
+        a.json.write_text(json.dumps({"args": args, "jobs": {j: JOBS[j] for j in jobs}, "scores": scores}, indent=1,
+                                     default=str))
     return 0
 
 

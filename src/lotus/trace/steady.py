@@ -199,10 +199,8 @@ def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int)
         rel = float(np.std(blocks, ddof=1) / (rate * block_s.mean())) if rate and block_s.mean() > 0 else 0.0
         v_re = (max(rel, 0.2) * rate * gap_s) ** 2
     v = v_in + v_re
-    if v_in > 0 and dof_re is not None and v_re > 0:
-        dof = v ** 2 / (v_in ** 2 / (m - 1) + v_re ** 2 / dof_re)
-    else:
-        dof = m - 1
+    both = v_in > 0 and dof_re is not None and v_re > 0
+    dof = v ** 2 / (v_in ** 2 / (m - 1) + v_re ** 2 / dof_re) if both else m - 1
     return _Spread(math.sqrt(v) / total_d, max(int(dof), 1), m + k, rough=size < round_len)
 
 
