@@ -45,6 +45,7 @@ class Shape:
     seconds: float | None = None  # or: hand-offs within this many seconds (the job's own clock)
     prefetch: int = 2
     batch_size: int = 16
+    epoch_sigma: float = 0.0  # log-normal spread of an epoch's pace: hand-offs inside one epoch are correlated
 
 
 def shapes() -> list[Shape]:
@@ -61,6 +62,9 @@ def shapes() -> list[Shape]:
         Shape("few-restarts", 16, 800, 0.15, 40, 0.05, 64, 300, 0.2, batches=330),
         Shape("few-restarts-time", 16, 800, 0.15, 40, 0.05, 64, 300, 0.2, seconds=20.0),
         Shape("ramp-only", 8, 80, 0.2, 30, 0.1, 100_000, 0, 0, batches=60),
+        # the GPU host's ResNet-18 (H200, 16 workers, 64-batch epochs): epochs differ in pace as a whole
+        Shape("epoch-paced", 16, 800, 0.15, 40, 0.05, 64, 700, 0.2, batches=330, epoch_sigma=0.1),
+        Shape("epoch-paced-time", 16, 800, 0.15, 40, 0.05, 64, 700, 0.2, seconds=15.0, epoch_sigma=0.1),
     ]
 
 
@@ -75,7 +79,9 @@ def simulate(shape: Shape, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     ramp = max(shape.workers * shape.prefetch, 1)
     while total < limit_b:
         e = shape.epoch_batches
-        prep = (shape.prep_ms * MS * rng.lognormal(-shape.prep_sigma ** 2 / 2, shape.prep_sigma, e)).astype(np.int64)
+        pace = rng.lognormal(-shape.epoch_sigma ** 2 / 2, shape.epoch_sigma) if shape.epoch_sigma else 1.0
+        prep = (pace * shape.prep_ms * MS * rng.lognormal(-shape.prep_sigma ** 2 / 2, shape.prep_sigma, e)).astype(
+            np.int64)
         step = (shape.step_ms * MS * rng.lognormal(-shape.step_sigma ** 2 / 2, shape.step_sigma, e)).astype(np.int64)
         disp = np.full(e, 20_000)
         wait = np.full(e, 30_000)

@@ -96,6 +96,7 @@ phase_calib() {
         --seconds "${CAL_SECONDS:-6}" --cpus 0-1 --json "$OUT/calibration_h100_2cpus.json" \
         > "$OUT/calibration.log" 2>&1
     tail -12 "$OUT/calibration.log"
+    pack calib
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/env.txt" 2>&1

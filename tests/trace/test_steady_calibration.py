@@ -17,10 +17,12 @@ _SPEC.loader.exec_module(sim)
 SHAPES = {s.name: s for s in sim.shapes()}
 
 
-@pytest.mark.parametrize("name", ["few-restarts", "short-epochs", "short-epochs-time", "heavy-tail", "no-workers"])
+@pytest.mark.parametrize("name", ["few-restarts", "short-epochs-time", "epoch-paced-time", "heavy-tail"])
 def test_intervals_hold_the_other_runs_mean_and_are_not_too_wide(name):
     # few-restarts is the GPU host's shape (16 workers, epochs of 64 batches, 330 batches): its interval was
-    # ~5x the runs' spread (+-17% where runs agreed within +-3.5%) while each restart sat inside a block
+    # ~5x the runs' spread (+-17% where runs agreed within +-3.5%) while each restart sat inside a block;
+    # epoch-paced-time: epochs differ in pace as a whole (hand-offs inside one are correlated), a window of
+    # fixed time: blocks as independent units covered 78% of runs
     r = sim.score_shape(SHAPES[name], runs=60, seed=1)
     assert r["with_interval"] == r["runs"] == 60
     assert r["coverage"] >= 0.9, r

@@ -164,3 +164,20 @@ def test_knobs_need_intervals_apart_to_switch():
     assert _better(m(110, 106, 114), m(100, 97, 103), 0.02)
     # the cheaper value's test (the worker choice's): taken when it cannot be told apart from the best
     assert indistinct(96, (91, 101), 100, (95, 105), 0.0) and not indistinct(90, (87, 93), 100, (97, 103), 0.0)
+
+
+def test_every_probe_is_checked_against_the_model():
+    # a model 30% high everywhere: each probe's prediction made before it and its leave-one-out error are
+    # reported, the probes disagree (beyond their +-3% interval + 10%) and the result says the model does not hold
+    r = _tune(FakeJob(ci_rel=0.03), fit=fitter(scale=1.3))
+    worker = [p for p in r.probes if p.phase in ("baseline", "num_workers") and not p.failed]
+    assert len(worker) >= 3
+    for p in worker[1:]:
+        assert p.model_error == pytest.approx(p.predicted_samples_per_s / p.samples_per_s - 1)
+        assert p.loo_error == pytest.approx(0.3, abs=1e-6) and p.disagrees
+    assert r.model_check["holds"] is False and r.model_check["prediction_interval"] == pytest.approx(0.3, abs=1e-6)
+    assert any("does not hold for this job" in n for n in r.notes)
+    # the exact model holds, with a prediction interval at its floor
+    ok = _tune(FakeJob(ci_rel=0.03))
+    assert ok.model_check["holds"] is True and not any(p.disagrees for p in ok.probes)
+    assert ok.model_check["prediction_interval"] == pytest.approx(0.02)

@@ -104,8 +104,11 @@ def _print(doc: dict, out: Path, fig_path: Path) -> None:
     cpus = sorted({r["cpus"] for r in rows})
     by = {(r["cpus"], r["cache_gb"]): r for r in rows}
     click.echo(f"lotus sensitivity: {out} ({doc['seconds']:.0f} s, {len(doc['probes'])} probes)")
+    mc = doc.get("model_check") or {}
+    pi = mc.get("prediction_interval")
     click.echo("  samples/s by page cache (GB, rows) x CPUs (columns), each with the num_workers the model finds "
-               "best for those CPUs; * measured")
+               "best for those CPUs; * measured, ~ interpolated between measured CPU counts, others predicted"
+               + (f" (+-{pi:.0%}: the probes' worst leave-one-out error)" if pi is not None else ""))
     click.echo("  " + " " * 10 + "".join(f"{c:>12d}" for c in cpus))
     workers = {c: by[(c, caches[-1])].get("num_workers") for c in cpus if (c, caches[-1]) in by}
     click.echo("  " + "workers".rjust(9) + " " + "".join(f"{workers.get(c, '-')!s:>12}" for c in cpus))
@@ -114,7 +117,8 @@ def _print(doc: dict, out: Path, fig_path: Path) -> None:
         for c in cpus:
             r = by.get((c, g))
             v = r and r["samples_per_s"]
-            cells.append(("-" if not v else f"{v:,.0f}") + ("*" if r and r["measured"] else " "))
+            mark = {"measured": "*", "interpolated": "~"}.get((r or {}).get("how") or "", " ")
+            cells.append(("-" if not v else f"{v:,.0f}") + (mark if r else " "))
         click.echo(f"  {g:>9g} " + "".join(f"{cell:>12s}" for cell in cells))
     measured = [r for r in rows if r["measured"]]
     if measured:
@@ -125,14 +129,16 @@ def _print(doc: dict, out: Path, fig_path: Path) -> None:
                      if model is not None and model != r["num_workers"] and r.get("predicted_samples_per_s") else "")
             click.echo(f"    {r['cpus']} CPUs, {r['num_workers']} workers, page cache {r.get('cache_state') or '-'}: "
                        f"{rate_text(r['samples_per_s'], r.get('ci95'))}{other}")
-    _probes(doc["probes"])
+    _probes(doc["probes"], doc.get("model_check"))
     d = doc["demand"]
     if d:
-        rate = rate_text(d["samples_per_s"], d.get("ci95")) if d["measured"] else f"{d['samples_per_s']:,.0f} samples/s"
+        rate = rate_text(d["samples_per_s"], d.get("ci95")) if d["measured"] else (
+            f"{d['samples_per_s']:,.0f} samples/s" + (f" ({d['pi95'][0]:,.0f}-{d['pi95'][1]:,.0f})" if d.get("pi95")
+                                                     else ""))
         share = d["samples_per_s"] / d["best_samples_per_s"] if d["best_samples_per_s"] else 0.0
         click.echo(f"  demand: {d['cpus']} CPUs ({d.get('num_workers')} workers) and {d['cache_gb']:g} GB of page "
                    f"cache reach {rate} ({share:.0%} of the best, {d['best_samples_per_s']:,.0f}; target "
-                   f">= {doc['target']:.0%}){' (measured)' if d['measured'] else ' (predicted)'}")
+                   f">= {doc['target']:.0%}) ({d.get('how') or ('measured' if d['measured'] else 'predicted')})")
     if doc.get("full_sweep_estimate_s"):
         click.echo(f"  a full sweep would take about {doc['full_sweep_estimate_s']:.0f} s "
                    f"({doc['seconds'] / doc['full_sweep_estimate_s']:.0%} of it spent here)")
@@ -141,19 +147,31 @@ def _print(doc: dict, out: Path, fig_path: Path) -> None:
     click.echo(f"  heatmap: {fig_path}")
 
 
-def _probes(probes: list[dict]) -> None:
+def _probes(probes: list[dict], model_check: dict | None = None) -> None:
     """Every probe: CPUs, workers, page cache, samples/s with its interval, why it ended; failed ones' stderr."""
     from lotus.trace.steady import ended_by
 
-    click.echo(f"  {'probe':<18} {'CPUs':>4} {'workers':>7} {'samples/s':>10} {'95% CI':>19} {'wall s':>7} "
-               f"{'ended by':<10} page cache")
+    checks = {c["name"]: c for c in (model_check or {}).get("probes", [])}
+    click.echo(f"  {'probe':<18} {'CPUs':>4} {'workers':>7} {'samples/s':>10} {'95% CI':>19} {'predicted':>10} "
+               f"{'error':>6} {'loo':>6}  {'wall s':>7} {'ended by':<10} page cache")
     for p in probes:
         rate = f"FAILED {p['exit_code']}" if p["exit_code"] else (
             "-" if p.get("samples_per_s") is None else f"{p['samples_per_s']:,.1f}")
         ci = f"{p['ci95'][0]:,.1f}-{p['ci95'][1]:,.1f}" if p.get("ci95") else "-"
+        c = checks.get(p["name"]) or {}
+        before = p.get("predicted_before")
+
+        def pct(x):
+            return "-" if x is None else f"{x:+.0%}"
+
         click.echo(f"  {p['name']:<18} {p['cpus']:>4} {p['num_workers']!s:>7} {rate:>10} {ci:>19} "
+                   f"{'-' if before is None else f'{before:,.1f}':>10} {pct(c.get('error_before')):>6} "
+                   f"{pct(c.get('loo_error')):>6}{'!' if c.get('disagrees') else ' '} "
                    f"{p.get('wall_s') or 0:>7.1f} {ended_by(p.get('stopped_by'), p['exit_code']):<10} "
                    f"{p.get('cache_state') or '-'}")
+    if checks:
+        click.echo("  predicted: the model's prediction made before the probe; error: it against the measurement; "
+                   "loo: the model of every other probe; !: off by more than the probe's interval + 10%")
     for p in probes:
         if p["exit_code"]:
             for line in failed_probe_lines(p["name"], p["exit_code"], p.get("stderr_tail") or ""):

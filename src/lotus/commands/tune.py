@@ -116,14 +116,23 @@ def _print(r) -> None:
         click.echo(f"  the model predicts {_num(r.predicted_samples_per_s)} samples/s at num_workers="
                    f"{r.best.num_workers}; search: {r.stopped}")
     click.echo(f"  {'probe':<24} {'workers':>7} {'pf':>3} {'pin':>5} {'persist':>7} {'samples/s':>10} "
-               f"{'95% CI':>19} {'predicted':>10} {'wait':>5} {'wall s':>7} ended by")
+               f"{'95% CI':>19} {'predicted':>10} {'error':>6} {'loo':>6} {'wait':>5} {'wall s':>7} ended by")
     for p in r.probes:
         s = p.settings
         rate = _num(p.samples_per_s) if not p.failed else f"FAILED {p.exit_code}"
         click.echo(f"  {p.name:<24} {_num(s.get('num_workers'), '{}'):>7} {_num(s.get('prefetch_factor'), '{}'):>3} "
                    f"{s.get('pin_memory')!s:>5} {s.get('persistent_workers')!s:>7} {rate:>10} "
-                   f"{_ci(p.ci95):>19} {_num(p.predicted_samples_per_s):>10} {_num(p.wait_share, '{:.0%}'):>5} "
+                   f"{_ci(p.ci95):>19} {_num(p.predicted_samples_per_s):>10} {_num(p.model_error, '{:+.0%}'):>6} "
+                   f"{_num(p.loo_error, '{:+.0%}'):>6}{'!' if p.disagrees else ' '}{_num(p.wait_share, '{:.0%}'):>5} "
                    f"{p.wall_s:>7.1f} {'failed' if p.failed else ended_by(p.stopped_by, p.exit_code)}")
+    if any(p.model_error is not None or p.loo_error is not None for p in r.probes):
+        mc = r.model_check or {}
+        pi = mc.get("prediction_interval")
+        click.echo("  error: the model's prediction made before the probe against its measurement; loo: the model of "
+                   "every other probe; !: off by more than the probe's interval + 10%"
+                   + (f"; the model's predictions hold to +-{pi:.0%}" if pi is not None and mc.get("holds") else "")
+                   + ("; the model does NOT hold for this job: the measured probes decide" if mc.get("holds") is False
+                      else ""))
     for p in r.probes:
         if p.note and not p.failed:
             click.echo(f"  {p.name}: {p.note}")

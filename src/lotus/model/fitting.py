@@ -78,7 +78,7 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
     items = list(runs) if isinstance(runs, list | tuple) else [runs]
     if not items:
         raise InputError("no run to fit the model on")
-    obs = [observe(as_run(r)) for r in items]
+    obs = [_observed(as_run(r)) for r in items]
     warm = [o for o in obs if o.summary.cache_state != "cold"]
     cold = [o for o in obs if o.summary.cache_state == "cold"]
     base = warm or cold
@@ -169,6 +169,18 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         epoch_boot_ms=epoch_boot_ms,
         runs=[o.summary for o in obs], base_state="warm" if warm else "cold",
         missing=missing, notes=list(dict.fromkeys(notes)), measured=measured)
+
+
+def _observed(run: RunTrace) -> Observation:
+    """The run's observation, read once per RunTrace (leave-one-probe-out checks refit the same runs many
+    times); each fit gets its own summary, which it annotates."""
+    from dataclasses import replace
+
+    cached = run.__dict__.get("_observation")
+    if cached is None:
+        cached = observe(run)
+        run.__dict__["_observation"] = cached
+    return replace(cached, summary=replace(cached.summary))
 
 
 def _epochs(obs: list[Observation], traced_bs: int) -> tuple[int | None, float | None, float | None, float]:

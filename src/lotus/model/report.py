@@ -95,7 +95,19 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
                 "predicted_samples_per_s": traced.samples_per_s, "predicted_wait_share": traced.wait_share,
                 "bottleneck": traced.bottleneck}
     if t.samples_per_s:
-        measured["error"] = traced.samples_per_s / t.samples_per_s - 1.0
+        from lotus.model.check import SLACK, tolerance
+
+        err = traced.samples_per_s / t.samples_per_s - 1.0
+        tol = tolerance(t.samples_per_s, t.samples_per_s_ci95)
+        measured.update(error=err, tolerance=tol, disagrees=abs(err) > tol)
+        if abs(err) > tol:
+            notes.append(f"the model does not reproduce the traced run: {traced.samples_per_s:,.1f} samples/s "
+                         f"predicted against {t.samples_per_s:,.1f} measured ({err:+.0%}, more than the "
+                         f"measurement's interval +{SLACK:.0%}): its other predictions are not to be trusted for "
+                         "this job; probe them (lotus tune, lotus sensitivity)")
+        else:
+            notes.append(f"checked against the traced run only ({err:+.1%}, in sample): predictions for other "
+                         "settings carry no interval; lotus tune and lotus sensitivity check them against probes")
     return WhatIf(model=model, predictions=table, measured=measured, cache=steady, cache_epochs=per_epoch,
                   dataset=dataset, notes=notes + model.notes)
 

@@ -11,6 +11,7 @@ measured points are never moved, and only measured points whose intervals are ap
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -36,6 +37,8 @@ class Point:
     stopped_by: str | None = None  # measured points: why the probe ended (precision, steps, time; None: job ended)
     note: str | None = None  # measured points: the rate's note (a wide interval, a short window...)
     unsettled: bool = False  # measured at another worker count than the model's, which predicts above the interval
+    how: str = "predicted"  # "measured", "predicted" (the model, checked by every probe) or "interpolated"
+    pi95: list[float] | None = None  # predicted/interpolated points: the range the value is known to lie in
 
 
 def cpu_grid(allowed: list[int]) -> list[int]:
@@ -87,18 +90,22 @@ def best_workers(model, cpus: int, cache_hit_rate=None, near_best: float = 0.02,
     return w, preds[w]
 
 
-def predict(model, grid, cache_gb, hits, dataset_bytes, exclude: dict[int, set[int]] | None = None) -> list[Point]:
-    """Every point predicted at the model's best worker count for its CPUs (``exclude``: failed counts)."""
+def hit_rate(gb: float | None, hits, dataset_bytes) -> float | None:
+    """The page-cache hit rate the model is asked for at ``gb`` GB (None: the cache as traced)."""
     from lotus.model.tables import hit_rate_at
 
+    if gb is None:
+        return None
+    if hits is not None and dataset_bytes:
+        return hit_rate_at(hits, gb, dataset_bytes)
+    return min(gb * GB / dataset_bytes, 1.0) if dataset_bytes else None
+
+
+def predict(model, grid, cache_gb, hits, dataset_bytes, exclude: dict[int, set[int]] | None = None) -> list[Point]:
+    """Every point predicted at the model's best worker count for its CPUs (``exclude``: failed counts)."""
     points = []
     for gb in cache_gb or [None]:
-        if gb is None:
-            h = None
-        elif hits is not None and dataset_bytes:
-            h = hit_rate_at(hits, gb, dataset_bytes)
-        else:
-            h = min(gb * GB / dataset_bytes, 1.0) if dataset_bytes else None
+        h = hit_rate(gb, hits, dataset_bytes)
         for c in grid:
             w, p = best_workers(model, c, cache_hit_rate=h, exclude=(exclude or {}).get(c, ()))
             points.append(Point(cpus=c, cache_gb=gb if gb is not None else 0.0, samples_per_s=p.samples_per_s,
@@ -125,7 +132,7 @@ def apply_measured(matrix: list[Point], measured: dict) -> None:
             continue
         at_model = [m for m in ms if m.get("num_workers") == p.model_num_workers]
         m = max(at_model or ms, key=lambda q: q["samples_per_s"])
-        p.measured, p.samples_per_s, p.probe = True, m["samples_per_s"], m["name"]
+        p.measured, p.samples_per_s, p.probe, p.how = True, m["samples_per_s"], m["name"], "measured"
         p.ci95, p.cache_state = m.get("ci95"), m.get("cache_state") or str(m.get("cache"))
         p.stopped_by, p.note = m.get("stopped_by"), m.get("note")
         if m.get("num_workers") is not None:
@@ -161,6 +168,65 @@ def monotone(matrix: list[Point]) -> list[str]:
     return notes
 
 
+def with_interval(matrix: list[Point], rel: float | None) -> None:
+    """Predicted points: the prediction interval ``value x (1 +- rel)`` (``rel`` from the probes' leave-one-out
+    errors, :mod:`lotus.model.check`); None when the model could not be checked."""
+    for p in matrix:
+        if p.how == "predicted" and p.samples_per_s and rel is not None:
+            p.pi95 = [p.samples_per_s * max(1.0 - rel, 0.0), p.samples_per_s * (1.0 + rel)]
+
+
+def interpolate(matrix: list[Point]) -> int:
+    """Where the model does not hold: an unmeasured point between two measured CPU counts of its page-cache
+    size takes the straight line between their rates (linear in CPUs), its interval the span of the two
+    measurements' intervals (more CPUs never slow a job down by more than its measurements say). Returns how
+    many points were interpolated; points outside the measured CPU counts stay predicted."""
+    done = 0
+    for gb in {p.cache_gb for p in matrix}:
+        row = sorted((p for p in matrix if p.cache_gb == gb), key=lambda q: q.cpus)
+        meas = [p for p in row if p.measured and p.samples_per_s]
+        for p in row:
+            if p.measured:
+                continue
+            lo = [m for m in meas if m.cpus < p.cpus]
+            hi = [m for m in meas if m.cpus > p.cpus]
+            if not lo or not hi:
+                continue
+            a, b = lo[-1], hi[0]
+            f = (p.cpus - a.cpus) / (b.cpus - a.cpus)
+            p.samples_per_s = a.samples_per_s + f * (b.samples_per_s - a.samples_per_s)
+            lows, highs = [_lo(a.samples_per_s, a.ci95), _lo(b.samples_per_s, b.ci95)], \
+                [_hi(a.samples_per_s, a.ci95), _hi(b.samples_per_s, b.ci95)]
+            p.pi95 = [min(lows), max(highs)]
+            p.how, p.num_workers = "interpolated", p.model_num_workers
+            done += 1
+    return done
+
+
+def bisect_next(matrix: list[Point], cache_gb: float, precision: float) -> Point | None:
+    """The CPU count to measure next when the model does not hold: at ``cache_gb``, the unmeasured point
+    halfway (in grid steps) between the two neighbouring measured CPU counts whose rates differ most, when
+    they differ by more than ``precision``; an unmeasured end of the grid (beyond every measured count) first.
+    None when every neighbouring pair is settled."""
+    row = sorted((p for p in matrix if p.cache_gb == cache_gb), key=lambda q: q.cpus)
+    idx = [i for i, p in enumerate(row) if p.measured and p.samples_per_s]
+    if not idx:
+        return None
+    if idx[0] > 0:
+        return row[0]
+    if idx[-1] < len(row) - 1:
+        return row[-1]
+    best, gap = None, precision
+    for i, j in itertools.pairwise(idx):
+        if j - i < 2:
+            continue
+        a, b = row[i].samples_per_s, row[j].samples_per_s
+        diff = abs(b - a) / max(min(a, b), 1e-9)
+        if diff > gap:
+            best, gap = row[(i + j) // 2], diff
+    return best
+
+
 def demand(matrix: list[Point], target: float) -> dict | None:
     """The fewest CPUs, then the least cache, whose throughput reaches ``target`` of the best."""
     rated = [p for p in matrix if p.samples_per_s]
@@ -170,7 +236,7 @@ def demand(matrix: list[Point], target: float) -> dict | None:
     ok = [p for p in rated if p.samples_per_s >= target * best]
     p = min(ok, key=lambda q: (q.cpus, q.cache_gb))
     return {"cpus": p.cpus, "cache_gb": p.cache_gb, "samples_per_s": p.samples_per_s, "best_samples_per_s": best,
-            "measured": p.measured, "num_workers": p.num_workers, "ci95": p.ci95}
+            "measured": p.measured, "num_workers": p.num_workers, "ci95": p.ci95, "how": p.how, "pi95": p.pi95}
 
 
 def next_point(matrix: list[Point], dem: dict) -> tuple[Point | None, str]:
@@ -191,5 +257,5 @@ def next_point(matrix: list[Point], dem: dict) -> tuple[Point | None, str]:
     return None, ""
 
 
-__all__ = ["FILES_UNKNOWN", "Point", "apply_measured", "best_workers", "check_grids", "cpu_grid", "default_workers",
-           "demand", "monotone", "next_point", "predict"]
+__all__ = ["FILES_UNKNOWN", "Point", "apply_measured", "best_workers", "bisect_next", "check_grids", "cpu_grid",
+           "default_workers", "demand", "hit_rate", "interpolate", "monotone", "next_point", "predict", "with_interval"]

@@ -59,12 +59,14 @@ class Profile:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     full_sweep_estimate_s: float | None = None
+    model_check: dict | None = None  # lotus.model.check.ModelCheck of the probes (leave-one-probe-out)
 
     def to_dict(self) -> dict:
         return {"command": self.command, "cpus_grid": self.cpus_grid, "cache_grid_gb": self.cache_grid_gb,
                 "dataset_bytes": self.dataset_bytes, "target": self.target,
                 "matrix": [vars(p) for p in self.matrix], "demand": self.demand, "probes": self.probes,
-                "notes": self.notes, "seconds": self.seconds, "full_sweep_estimate_s": self.full_sweep_estimate_s}
+                "notes": self.notes, "seconds": self.seconds, "full_sweep_estimate_s": self.full_sweep_estimate_s,
+                "model_check": self.model_check}
 
 
 def _cpu_set(allowed: list[int], n: int) -> list[int]:
@@ -75,8 +77,9 @@ class _Prober:
     """Runs (or reuses) probes: affinity, workers and page-cache state per point."""
 
     def __init__(self, command, out: Path, steps: int, allowed: list[int], timeout_s, deadline: float, progress,
-                 precision: float | None = None, max_seconds: float | None = None):
+                 precision: float | None = None, max_seconds: float | None = None, launcher=None):
         self.command, self.out, self.steps, self.allowed = command, out, steps, allowed
+        self.launcher = launcher or launch
         self.precision, self.max_seconds = precision or None, max_seconds
         self.timeout_s, self.deadline, self.progress = timeout_s, deadline, progress
         self.files: list[str] = []
@@ -92,7 +95,7 @@ class _Prober:
             workers = mx.default_workers(cpus) if workers is None else workers
             self.progress(f"{name} ({workers} workers)")
             self._set_cache(cache)
-            probe = launch(self.command, LaunchOptions(
+            probe = self.launcher(self.command, LaunchOptions(
                 trace_dir=trace, steps=self.steps, precision=self.precision,
                 max_seconds=self.max_seconds if self.precision else None, cpus=_cpu_set(self.allowed, cpus),
                 workers=workers, capture=True, timeout_s=self.timeout_s, list_dataset_files=list_files))
@@ -144,13 +147,83 @@ def _finished(trace: Path) -> dict | None:
     return done
 
 
+def _variants(bps):
+    """The fit's structural variants that cross-validation chooses between (see :mod:`lotus.model.check`):
+    the default; the CPU share and contention left at their assumptions (a pair of probes can mislead their
+    fit); runs without workers left out of the workers' costs (the main process prepares batches on other
+    terms: the CUDA step's threads, no worker start-up)."""
+    from lotus.model import fit
+
+    def default(runs):
+        return fit(runs, bytes_per_sample=bps)
+
+    def assumed_cpu(runs):
+        return fit(runs, bytes_per_sample=bps, contention=0.0, cpu_fraction=1.0)
+
+    def workers_only(runs):
+        with_w = [r for r in runs if _workers_of(r)]
+        return fit(with_w or runs, bytes_per_sample=bps)
+
+    return {"default": default, "cpu terms assumed": assumed_cpu, "worker runs only": workers_only}
+
+
+def _workers_of(run) -> int:
+    from lotus.model.observation import main_loader
+
+    try:
+        desc = run.loaders.get((int(run.batches["rank"].min()), main_loader(run.batches))) or {}
+    except Exception:
+        return 1
+    w = desc.get("num_workers")
+    return w if isinstance(w, int) else 1
+
+
+class _Search:
+    """The probes measured so far, the model chosen by cross-validation over them, and its check."""
+
+    def __init__(self, bps, hits, dataset_bytes):
+        self.variants = _variants(bps)
+        self.hits, self.dataset_bytes = hits, dataset_bytes
+        self.probes: list = []  # lotus.model.check.Probe, in the order they ran
+        self.model, self.check = None, None
+
+    def rate(self, model, key) -> float | None:
+        cpus, gb, workers = key
+        p = model.predict(workers, float(cpus), cache_hit_rate=mx.hit_rate(gb, self.hits, self.dataset_bytes))
+        return p.samples_per_s
+
+    def before(self, key) -> float | None:
+        """The current model's prediction for a probe about to run."""
+        if self.model is None:
+            return None
+        try:
+            return self.rate(self.model, key)
+        except Exception:
+            return None
+
+    def add(self, probe: dict, run, key, predicted_before) -> None:
+        from lotus.model.check import Probe
+
+        self.probes.append(Probe(probe["name"], run, probe["samples_per_s"], probe.get("ci95"), key,
+                                 predicted_before))
+        probe["predicted_before"] = predicted_before
+        self.refit()
+
+    def refit(self) -> None:
+        from lotus.model.check import choose_variant
+
+        name, self.check = choose_variant(self.probes, self.variants, self.rate)
+        self.model = self.variants[name]([p.run for p in self.probes])
+
+
 def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600, cpus_grid: list[int] | None = None,
                 cache_grid_gb: list[float] | None = None, target: float = 0.95,
                 max_probes: int = 6, max_minutes: float = 30.0, timeout_s: float | None = None,
-                progress=None, precision: float | None = 0.03, max_seconds: float | None = 90.0) -> Profile:
+                progress=None, precision: float | None = 0.03, max_seconds: float | None = 90.0,
+                launcher=None) -> Profile:
     """Profile ``command`` (see the module doc). InputError for a CPU grid outside this process's CPUs or a
-    negative cache size."""
-    from lotus.model import fit, load_run
+    negative cache size. ``launcher``: :func:`lotus.launch.launch` (a replay of recorded probes in tests)."""
+    from lotus.model import load_run
 
     t0 = time.monotonic()
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
@@ -158,7 +231,7 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     prober = _Prober(command, out, steps, allowed, timeout_s, t0 + max_minutes * 60, progress or (lambda n: None),
-                     precision=precision, max_seconds=max_seconds)
+                     precision=precision, max_seconds=max_seconds, launcher=launcher)
     profile = Profile(command=list(command), cpus_grid=grid, cache_grid_gb=[], dataset_bytes=None, target=target)
     first = prober.run(f"c{grid[-1]}-as-is", grid[-1], "as-is", list_files=True)
     if first is None or first["exit_code"] != 0 or first["samples_per_s"] is None:
@@ -171,44 +244,63 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
     else:
         profile.notes.append("the dataset's files are unknown: memory is not profiled (CPUs only) and every probe "
                              "ran with the page cache as found")
-    runs = [load_run(first["trace_dir"])]
-    failed: dict[int, set[int]] = {}
-    low = "warm" if prober.files else "as-is"
-    first_probes = [(f"c{grid[0]}-{low}", grid[0], low)] if len(grid) > 1 else []
-    first_probes += [(f"c{grid[-1]}-cold", grid[-1], "cold")] if prober.files else []
-    for name, cpus, cache in first_probes:
-        p = prober.run(name, cpus, cache)
-        if p is not None and _ok(p):
-            runs.append(load_run(p["trace_dir"], cache_state="cold" if cache == "cold" else None))
-        elif p is not None:
-            failed.setdefault(cpus, set()).add(p["num_workers"])
-            profile.notes.append(f"probe {name} failed: {_failure(p)}; the search goes on without it")
     dataset_gb = (profile.dataset_bytes or 0) / GB
     profile.cache_grid_gb = cache_grid_gb or ([round(dataset_gb * f, 3) for f in (0, 0.25, 0.5, 0.75, 1.0)]
                                               if profile.dataset_bytes else [])
-    measured: dict[tuple[int, float], list[dict]] = {}
     top_gb = profile.cache_grid_gb[-1] if profile.cache_grid_gb else 0.0
-    for p in prober.log:
-        if _ok(p):
-            measured.setdefault((p["cpus"], 0.0 if p["cache"] == "cold" else top_gb), []).append(p)
-    hits = _hit_rates(runs[0], profile.dataset_bytes)
+    first_run = load_run(first["trace_dir"])
+    hits = _hit_rates(first_run, profile.dataset_bytes)
     bps = (profile.dataset_bytes / max(len(prober.files), 1)) if prober.files else None
+    search = _Search(bps, hits, profile.dataset_bytes)
+    search.add(first, first_run, (grid[-1], top_gb if profile.cache_grid_gb else None, first["num_workers"]), None)
+    failed: dict[int, set[int]] = {}
+    measured: dict[tuple[int, float], list[dict]] = {(grid[-1], top_gb): [first]}
+
+    def probe_at(name, cpus, gb, cache, workers, what=None):
+        """Run one probe, checked against the model's prediction made before it. None: the budget is spent."""
+        key = (cpus, gb if profile.cache_grid_gb else None, workers if workers is not None
+               else mx.default_workers(cpus))
+        before = search.before(key)
+        p = prober.run(name, cpus, cache, workers=workers)
+        if p is None:
+            return None
+        if not _ok(p):
+            failed.setdefault(cpus, set()).add(p["num_workers"])
+            profile.notes.append(f"probe {name} failed: {_failure(p)}; the search goes on without "
+                                 f"{p['num_workers']} workers on {cpus} CPUs")
+            return p
+        measured.setdefault((cpus, gb), []).append(p)
+        search.add(p, load_run(p["trace_dir"], cache_state="cold" if cache == "cold" else None), key, before)
+        return p
+
+    low = "warm" if prober.files else "as-is"
+    if len(grid) > 1:
+        probe_at(f"c{grid[0]}-{low}", grid[0], top_gb, low, None)
+    if prober.files:
+        probe_at(f"c{grid[-1]}-cold", grid[-1], 0.0, "cold", None)
     seen: set[tuple[int, float, int | None]] = set()
+    order_notes: list[str] = []
     while True:
-        model = fit(runs, bytes_per_sample=bps)
-        profile.matrix = mx.predict(model, grid, profile.cache_grid_gb, hits, profile.dataset_bytes, exclude=failed)
-        mx.apply_measured(profile.matrix, measured)
+        chk = search.check
+        profile.matrix = _matrix(search, grid, profile, hits, failed, measured, chk)
         order_notes = mx.monotone(profile.matrix)
         profile.demand = mx.demand(profile.matrix, target)
         if profile.demand is None:
             stop = "the search stopped: no point of the matrix has a rate"
             break
-        todo, what = mx.next_point(profile.matrix, profile.demand)
+        todo, what = None, ""
+        if chk is not None and chk.holds is False:
+            todo = mx.bisect_next(profile.matrix, top_gb if profile.cache_grid_gb else 0.0, 1.0 - target)
+            what = "bisected" if todo is not None else ""
         if todo is None:
-            stop = "the search stopped: the demand point and the best point it is measured against are measured"
+            todo, what = mx.next_point(profile.matrix, profile.demand)
+        if todo is None:
+            stop = ("the search stopped: the demand point and the best point it is measured against are measured"
+                    + ("; between measured CPU counts the rate changes by less than "
+                       f"{1 - target:.0%} where the model does not hold" if chk is not None and not chk.holds else ""))
             break
         key, w = (todo.cpus, todo.cache_gb), todo.model_num_workers
-        where = f"the {what} point ({key[0]} CPUs, {w} workers, {key[1]:g} GB) is predicted, not measured"
+        where = f"the {what} point ({key[0]} CPUs, {w} workers, {key[1]:g} GB) is {todo.how}, not measured"
         if todo.measured:
             where = (f"the {what} point ({key[0]} CPUs, {key[1]:g} GB) is measured with {todo.num_workers} workers "
                      f"only; the model expects more with {w}")
@@ -220,24 +312,36 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
             break
         seen.add((*key, w))
         name = f"c{key[0]}-m{key[1]:g}-w{w}"
-        probe = prober.run(name, key[0], prober.budget(key[1], dataset_gb), workers=w)
-        if probe is None:
+        if probe_at(name, key[0], key[1], prober.budget(key[1], dataset_gb), w) is None:
             stop = f"the search stopped: the time budget is spent ({max_minutes:g} min); {where}"
             break
-        if not _ok(probe):
-            failed.setdefault(key[0], set()).add(w)
-            profile.notes.append(f"probe {name} failed: {_failure(probe)}; the search goes on without {w} workers "
-                                 f"on {key[0]} CPUs")
-            continue
-        measured.setdefault(key, []).append(probe)
-        runs.append(load_run(probe["trace_dir"], cache_state="cold" if probe["cache"] == "cold" else None))
-    profile.notes += [stop, *order_notes] if profile.demand is not None else [stop]
+    chk = search.check
+    profile.model_check = chk.to_dict() if chk is not None else None
+    profile.notes += [stop, *(chk.notes if chk is not None else []), *order_notes]
+    if chk is not None and chk.holds is False:
+        left = [p for p in profile.matrix if p.how == "predicted"]
+        if left:
+            cells = ", ".join(f"{p.cpus} CPUs/{p.cache_gb:g} GB" for p in left[:6]) + (" ..." if len(left) > 6 else "")
+            profile.notes.append(f"not settled: the model does not hold for this job and {len(left)} point(s) are "
+                                 f"outside the measured CPU counts (predicted, unchecked): {cells}")
     profile.probes = prober.log
     profile.seconds = time.monotonic() - t0
     per_probe = [p["wall_s"] for p in prober.log if not p.get("reused")]
     if per_probe:
         profile.full_sweep_estimate_s = sum(per_probe) / len(per_probe) * len(profile.matrix)
     return profile
+
+
+def _matrix(search: _Search, grid, profile: Profile, hits, failed, measured, chk) -> list[mx.Point]:
+    """The matrix: measured points as measured, the rest predicted by the model chosen by cross-validation
+    (with its prediction interval) or, where the model does not hold, interpolated between measured CPU
+    counts."""
+    matrix = mx.predict(search.model, grid, profile.cache_grid_gb, hits, profile.dataset_bytes, exclude=failed)
+    mx.apply_measured(matrix, measured)
+    if chk is not None and chk.holds is False:
+        mx.interpolate(matrix)
+    mx.with_interval(matrix, chk.prediction_interval if chk is not None else None)
+    return matrix
 
 
 def _ok(p: dict) -> bool:

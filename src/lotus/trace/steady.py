@@ -39,6 +39,7 @@ MAX_BLOCKS = 30  # at most this many blocks (longer blocks: less correlation bet
 MIN_ROUNDS = 2  # a window shorter than this many rounds of all workers is not a steady state
 STARTUP_FACTOR = 5.0  # a leading gap this many times the window's median gap is start-up
 MAX_STARTUP = 3  # at most this many leading batches are dropped as start-up
+PHASE_FLOOR = 0.5  # share of a uniform phase's variance always counted for a window cut mid-epoch
 PRECISION = 0.03  # the probes' target: a steady rate known to +-3% (95%); wider intervals get a note
 
 # Student's t, 97.5% quantile, by degrees of freedom (1..30); 1.96 beyond
@@ -65,6 +66,9 @@ class SteadyRate:
     blocks: int  # blocks behind the interval
     note: str | None = None
     extra: dict = field(default_factory=dict, compare=False)
+    se: float | None = None  # standard error of samples_per_s (samples/s)
+    dof: int | None = None  # its degrees of freedom
+    run_rel_sd: float | None = None  # the run-to-run spread added to ci95 (relative), where it was measured
 
     @property
     def rel_halfwidth(self) -> float | None:
@@ -80,12 +84,15 @@ class SteadyRate:
                 "startup_batches": self.startup_batches, "blocks": self.blocks, "note": self.note}
 
 
-def interval_note(rel_halfwidth: float | None, target: float = PRECISION) -> str | None:
+def interval_note(rel_halfwidth: float | None, target: float = PRECISION, window_s: float | None = None) -> str | None:
     """'interval +-28.8%: the job ended (or the cap stopped it) before +-3%' when the interval is wider than
-    ``target``; None otherwise (or without an interval: its own note says why)."""
+    ``target``; with ``window_s``, how long a window would reach it (an interval shrinks as one over the
+    square root of the window). None otherwise (or without an interval: its own note says why)."""
     if rel_halfwidth is None or rel_halfwidth <= target:
         return None
-    return f"interval +-{rel_halfwidth:.1%}: the job ended (or the cap stopped it) before +-{target * 100:g}%"
+    need = (f" (about {window_s * (rel_halfwidth / target) ** 2:,.0f} s of steady state would reach it)"
+            if window_s else "")
+    return f"interval +-{rel_halfwidth:.1%}: the job ended (or the cap stopped it) before +-{target * 100:g}%{need}"
 
 
 _ENDED = {"precision": "precision", "steps": "steps cap", "time": "time cap"}
@@ -111,6 +118,16 @@ def _startup(t: np.ndarray, k: int) -> int:
     return s
 
 
+@dataclass(frozen=True)
+class _Spread:
+    """The rate's standard error and its degrees of freedom, from the units behind it."""
+
+    se: float
+    dof: int
+    units: int
+    rough: bool = False  # blocks shorter than a round of the workers
+
+
 def _epoch_blocks(t: np.ndarray, n: np.ndarray, start: int, epochs: np.ndarray):
     """Blocks of whole epochs from index ``start`` (the first, partial epoch joins the first block); None when
     the window holds fewer than MIN_BLOCKS epoch starts. Only for windows of too few hand-offs inside epochs
@@ -126,81 +143,131 @@ def _epoch_blocks(t: np.ndarray, n: np.ndarray, start: int, epochs: np.ndarray):
     return csum[b[1:]] - csum[b[:-1]], (t[b[1:] - 1] - t[b[:-1] - 1]) / 1e9
 
 
-def _block_sums(x: np.ndarray, size: int) -> np.ndarray:
-    """Sums of consecutive groups of ``size`` values (the rest joins the last group)."""
-    count = len(x) // size
-    if count <= 0:
-        return np.zeros(0)
-    edges = size * np.arange(count + 1)
-    edges[-1] = len(x)
-    csum = np.concatenate([[0.0], np.cumsum(x)])
-    return csum[edges[1:]] - csum[edges[:-1]]
+def _segments(x: np.ndarray, epoch: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sums of ``x`` over blocks of ``size`` consecutive values that never straddle an epoch (an epoch's rest
+    joins its last block; an epoch shorter than ``size`` is one block), and each block's epoch."""
+    sums, eps = [], []
+    cut = np.flatnonzero(np.diff(epoch) != 0) + 1
+    for seg_x, seg_e in zip(np.split(x, cut), np.split(epoch, cut), strict=True):
+        if not len(seg_x):
+            continue
+        count = max(len(seg_x) // size, 1)
+        edges = np.minimum(size * np.arange(count + 1), len(seg_x))
+        edges[-1] = len(seg_x)
+        csum = np.concatenate([[0.0], np.cumsum(seg_x)])
+        sums.append(csum[edges[1:]] - csum[edges[:-1]])
+        eps.append(np.full(count, seg_e[0]))
+    return (np.concatenate(sums), np.concatenate(eps)) if sums else (np.zeros(0), np.zeros(0, dtype=np.int64))
 
 
-@dataclass(frozen=True)
-class _Spread:
-    """The rate's standard error and its degrees of freedom, from the units behind it."""
-
-    se: float
-    dof: int
-    units: int
-    rough: bool = False  # blocks shorter than a round of the workers
+def _nested(blocks: np.ndarray, groups: np.ndarray, partial: set) -> tuple[float, list[tuple[float, int]]]:
+    """Variance of the sum of ``blocks`` nested in ``groups`` (epochs): one-way random effects,
+    ``block = mean + epoch effect + noise``; ``Var(sum) = sum_g n_g^2 s_a^2 + m s_e^2``. The variances are
+    estimated on the whole epochs (``partial``: the window's cut first and last epochs, whose blocks are a
+    different mix of an epoch's early and late hand-offs) when three or more are whole. Returns it and its
+    components with their degrees of freedom (for Welch-Satterthwaite)."""
+    m = len(blocks)
+    ids, inv, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    if len(ids) < 2 or m == len(ids):  # one epoch, or one block per epoch: blocks are the units
+        v = m * float(np.var(blocks, ddof=1))
+        return v, [(v, m - 1)]
+    whole = np.array([g not in partial for g in ids])
+    use = whole if whole.sum() >= 3 and counts[whole].sum() > whole.sum() else np.ones(len(ids), dtype=bool)
+    sel = use[inv]
+    b, c, g = blocks[sel], counts[use], int(use.sum())
+    _, inv_u = np.unique(groups[sel], return_inverse=True)
+    mu = int(c.sum())
+    means = np.bincount(inv_u, weights=b) / c
+    msw = float(((b - means[inv_u]) ** 2).sum()) / (mu - g)
+    msb = float((c * (means - b.mean()) ** 2).sum()) / (g - 1)
+    n0 = (mu - float((c ** 2).sum()) / mu) / (g - 1)
+    s_a = max((msb - msw) / n0, 0.0)
+    v_a, v_e = float((counts.astype(np.float64) ** 2).sum()) * s_a, m * msw
+    return v_a + v_e, [(v_a, g - 1), (v_e, mu - g)]
 
 
 def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int) -> _Spread | None:
     """Standard error of ``rate`` over the windows of ``parts`` (linearised ratio: per hand-off
-    ``e = samples - rate x gap``), with epoch restarts as their own stratum.
+    ``e = samples - rate x gap``); three parts, added:
 
-    * hand-offs inside epochs: batch means, consecutive blocks of whole rounds of the workers (at most
-      :data:`MAX_BLOCKS`), variance ``m x s^2`` of the blocks' sums of ``e``;
+    * hand-offs inside epochs: blocks of whole rounds of the workers (at most :data:`MAX_BLOCKS` in all;
+      a round's bursts average out inside a block), nested in their epochs: an epoch's hand-offs share a
+      pace (its workers' phases, set by its restart, persist through it; on the GPU host epochs inside one
+      run differed by 10-20% while blocks inside an epoch looked independent), so the blocks' variance is
+      split into an epoch effect and noise (one-way random effects): ``sum_g n_g^2 s_a^2 + m s_e^2``;
     * epoch restarts: one unit each, the epoch's first ``refill`` hand-offs (a round of the workers: the
       restart gap, then the rest of the first round, which the workers started together deliver as a
-      burst), variance ``k x s^2`` of the units' sums of ``e``. A restart recurs at the same place of every epoch;
-      mixed into the blocks, the one or two blocks that hold it widen the interval of a steady job several
-      times over (the H100 host: +-14-19% where repeated runs agreed within +-2.3%).
-      One restart only: its spread is taken as 20% of it (or the blocks' relative spread, if larger).
+      burst), variance ``k x s^2`` of the units' sums. A restart recurs at the same place of every epoch;
+      mixed into the blocks, the one or two blocks that hold it widened a steady job's interval several
+      times over (the H100 host: +-14-19% where repeated runs agreed within +-2.3%). One restart only: its
+      spread is taken as 20% of it (or the blocks' relative spread, if larger);
+    * the window's phase: a window of fixed length in time holds one restart more or less depending on
+      where it ends, ``(R x excess)^2 / 6`` for a uniform phase (``excess``: a restart's time beyond the
+      in-epoch pace), times how random the phase is: ``(2 sd(cycle) sqrt(k) / cycle)^2``, as far as the
+      epochs' lengths wander over the window, between :data:`PHASE_FLOOR` and 1 (a window fixed in batches
+      has no phase: this part is then conservative; the floor keeps windows of fixed time covered, 93-95% in
+      ``benchmarks/calibration_sim.py``).
 
     Degrees of freedom by Welch-Satterthwaite. None when fewer than :data:`MIN_BLOCKS` blocks inside epochs.
     """
-    e_in, e_re = [], []
+    e_in, e_re, partial, cycles = [], [], set(), []
     for t, n, st, ep in parts:
         if st >= len(t):
             continue
         d = np.diff(t[st - 1:]) / 1e9
         e = n[st:] - rate * d
         unit = np.full(len(e), -1)  # the restart unit of each hand-off (-1: inside an epoch)
+        epoch = np.zeros(len(e), dtype=np.int64) if ep is None else np.asarray(ep[st:], dtype=np.int64)
         if ep is not None:
-            for j, s0 in enumerate(np.flatnonzero(ep[st:] != ep[st - 1:-1])):
+            starts = np.flatnonzero(ep[st:] != ep[st - 1:-1])
+            if len(starts) >= 2:
+                cycles.append(np.diff(t[st:][starts]) / 1e9)
+            for j, s0 in enumerate(starts):
                 unit[s0:s0 + refill] = np.where(unit[s0:s0 + refill] < 0, j, unit[s0:s0 + refill])
         inside = unit < 0
-        e_in.append((e[inside], d[inside]))
+        tag = epoch + (len(e_in) << 32)  # epochs of different parts (segments) are different groups
+        e_in.append((e[inside], d[inside], n[st:][inside], tag[inside]))
+        if len(tag):
+            partial.update({int(tag[0]), int(tag[-1])})
         if not inside.all():
             ids = unit[~inside]
-            e_re.append((np.bincount(ids, weights=e[~inside])[np.unique(ids)],
-                         np.bincount(ids, weights=d[~inside])[np.unique(ids)]))
-    n_in = sum(len(x) for x, _ in e_in)
+            keep = np.unique(ids)
+            e_re.append((np.bincount(ids, weights=e[~inside])[keep], np.bincount(ids, weights=d[~inside])[keep],
+                         np.bincount(ids, weights=n[st:][~inside])[keep]))
+    n_in = sum(len(x[0]) for x in e_in)
     size = round_len * max(1, math.ceil(n_in / (round_len * MAX_BLOCKS)))
     if n_in < MIN_BLOCKS * size:
         size = max(1, n_in // MIN_BLOCKS)
-    sums = [(_block_sums(x, size), _block_sums(dd, size)) for x, dd in e_in]
-    blocks = np.concatenate([s for s, _ in sums]) if sums else np.zeros(0)
-    block_s = np.concatenate([s for _, s in sums]) if sums else np.zeros(0)
+    segs = [_segments(x, g, size) for x, _, _, g in e_in]
+    blocks = np.concatenate([b for b, _ in segs]) if segs else np.zeros(0)
+    groups = np.concatenate([g for _, g in segs]) if segs else np.zeros(0, dtype=np.int64)
     m = len(blocks)
     if m < MIN_BLOCKS:
         return None
-    v_in = m * float(np.var(blocks, ddof=1))
-    re = np.concatenate([x for x, _ in e_re]) if e_re else np.zeros(0)
+    v_in, parts_v = _nested(blocks, groups, partial)
+    re = np.concatenate([x[0] for x in e_re]) if e_re else np.zeros(0)
     k = len(re)
-    v_re, dof_re = 0.0, None
     if k >= 2:
-        v_re, dof_re = k * float(np.var(re, ddof=1)), k - 1
+        parts_v.append((k * float(np.var(re, ddof=1)), k - 1))
     elif k == 1:
-        gap_s = float(np.concatenate([g for _, g in e_re])[0])
-        rel = float(np.std(blocks, ddof=1) / (rate * block_s.mean())) if rate and block_s.mean() > 0 else 0.0
-        v_re = (max(rel, 0.2) * rate * gap_s) ** 2
-    v = v_in + v_re
-    both = v_in > 0 and dof_re is not None and v_re > 0
-    dof = v ** 2 / (v_in ** 2 / (m - 1) + v_re ** 2 / dof_re) if both else m - 1
+        gap_s = float(e_re[0][1][0])
+        rel = math.sqrt(max(v_in, 0.0) / m) / (rate * total_d / m) if rate and total_d > 0 else 0.0
+        parts_v.append(((max(rel, 0.2) * rate * gap_s) ** 2, 1))
+    if k:
+        in_s = sum(float(x[1].sum()) for x in e_in)
+        pace = sum(float(x[2].sum()) for x in e_in) / in_s if in_s > 0 else rate  # samples/s inside epochs
+        re_s = np.concatenate([x[1] for x in e_re])
+        re_n = np.concatenate([x[2] for x in e_re])
+        excess = float(np.mean(re_s - re_n / pace)) if pace > 0 else 0.0
+        cyc = np.concatenate(cycles) if cycles else np.zeros(0)
+        # the phase is random only as far as the cycles' lengths wander over the window (+-half a cycle: uniform)
+        wander = 2 * float(np.std(cyc, ddof=1)) * math.sqrt(k) / cyc.mean() if len(cyc) >= 2 else 1.0
+        spread = min(1.0, max(PHASE_FLOOR, wander ** 2))
+        if excess > 0:
+            parts_v.append((spread * (rate * excess) ** 2 / 6.0, max(k - 1, 1)))
+    v = sum(x for x, _ in parts_v)
+    den = sum(x ** 2 / f for x, f in parts_v if f > 0 and x > 0)
+    dof = v ** 2 / den if den > 0 else m - 1
     return _Spread(math.sqrt(v) / total_d, max(int(dof), 1), m + k, rough=size < round_len)
 
 
@@ -241,7 +308,7 @@ def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=Non
     ep_all = None if epochs is None or segments is not None else np.asarray(epochs)
     with_ep = [(t, n, st, ep_all) for t, n, st in parts]
     spread = _stratified(with_ep, rate, total_d, round_len, round_len)
-    if spread is None and ep_all is not None and len(parts) == 1:
+    if spread is None and ep_all is not None and len(parts) == 1:  # epochs of a batch or two: whole epochs
         t, n, st = parts[0]
         cyc = _epoch_blocks(t, n, st, ep_all)
         if cyc is not None:
@@ -258,11 +325,46 @@ def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=Non
             notes.append("blocks shorter than a round of the workers: the interval is rough")
     else:
         notes.append(f"{win_batches} batches after the ramp: too few for an interval")
-    wide = interval_note((ci[1] - rate) / rate if ci and rate else None)
+    wide = interval_note((ci[1] - rate) / rate if ci and rate else None, window_s=total_d)
     if wide:
         notes.append(wide)
     return SteadyRate(rate, ci, win_batches, total_n, total_d, k, skipped_startup, m,
-                      note="; ".join(notes) or None)
+                      note="; ".join(notes) or None, se=spread.se if spread else None,
+                      dof=spread.dof if spread else None)
+
+
+def run_spread(rates) -> tuple[float | None, int]:
+    """The spread between separate runs of one configuration beyond what each run's own interval explains:
+    ``(relative sd, degrees of freedom)``; ``(None, 0)`` with fewer than two runs with an interval.
+
+    Runs of one job differ by more than the hand-offs inside one run can show: on the GPU host (H200, the
+    ResNet-18 JPEG job, 16 workers, 15-s windows) the epochs inside a run agreed within +-2-5% while six runs
+    spread 6.8% (sd); the run sets its own pace (CPU placement, clocks, neighbours on the host). Only
+    repeats measure it: ``var(between runs) - mean(within-run se^2)``, floored at 0."""
+    vals = [r for r in rates if r.samples_per_s and r.se is not None]
+    if len(vals) < 2:
+        return None, 0
+    x = np.array([r.samples_per_s for r in vals])
+    within = float(np.mean([r.se ** 2 for r in vals]))
+    between = float(np.var(x, ddof=1))
+    return math.sqrt(max(between - within, 0.0)) / float(x.mean()), len(vals) - 1
+
+
+def with_run_spread(r: SteadyRate, rel_sd: float | None, dof: int) -> SteadyRate:
+    """``r`` with a run-to-run spread (:func:`run_spread`) added to its interval: standard errors in quadrature,
+    Welch-Satterthwaite degrees of freedom. Unchanged without a spread or without an interval of its own."""
+    if rel_sd is None or r.se is None or not r.samples_per_s or dof < 1:
+        return r
+    from dataclasses import replace
+
+    v_in, v_run = r.se ** 2, (rel_sd * r.samples_per_s) ** 2
+    v = v_in + v_run
+    if v <= 0:
+        return replace(r, run_rel_sd=rel_sd)
+    df = v ** 2 / ((v_in ** 2 / r.dof if r.dof else 0.0) + v_run ** 2 / dof) if v_run > 0 else (r.dof or 1)
+    hw = t975(max(int(df), 1)) * math.sqrt(v)
+    return replace(r, ci95=(max(r.samples_per_s - hw, 0.0), r.samples_per_s + hw), se=math.sqrt(v),
+                   dof=max(int(df), 1), run_rel_sd=rel_sd)
 
 
 def combine(rates: list[SteadyRate]) -> tuple[float | None, tuple[float, float] | None]:

@@ -81,12 +81,45 @@ def run_tuning(probe: Callable[..., Measurement], fit: Callable[[list[Measuremen
         short = min(o.steps, CROSS_STEPS)  # an epoch-crossing probe runs a fixed length, not to a precision
         cur, gain = tune_persistent(s, cur, steps=short, cross_max_steps=o.cross_max_steps or 3 * short)
     best = _complete(cur.effective)
+    chk = check_model(s)
+    records = [_record(e) for e in s.entries]
+    if chk is not None:
+        by_name = {c.name: c for c in chk.probes}
+        for r in records:
+            c = by_name.get(r.name)
+            if c is not None:
+                r.model_error, r.loo_error, r.disagrees = c.error_before, c.loo_error, c.disagrees
+        s.notes.extend(n for n in chk.notes if n not in s.notes)
     return TuneResult(command=list(command or []), best=best, samples_per_s=cur.measurement.samples_per_s,
                       ci95=cur.measurement.ci95, baseline_ci95=base.ci95,
                       baseline=_complete(own), baseline_samples_per_s=base.samples_per_s,
-                      predicted_samples_per_s=predicted, probes=[_record(e) for e in s.entries],
+                      predicted_samples_per_s=predicted, probes=records,
+                      model_check=chk.to_dict() if chk is not None else None,
                       seconds=budget.elapsed_s, stopped=stopped, cpus=round(cpus), notes=list(s.notes),
                       epoch_gain=gain)
+
+
+def check_model(s: Session):
+    """Every probe of the worker search against the model (:mod:`lotus.model.check`): the prediction made
+    before it and the leave-one-probe-out error; None before two successful probes."""
+    from lotus.model.check import Probe, check_probes
+
+    fixed = [e for e in s.entries if e.phase in ("baseline", "num_workers") and e.measurement.ok]
+    if len(fixed) < 2:
+        return None
+    probes = []
+    for e in fixed:
+        m = e.measurement
+        w = m.settings.over(m.effective or LoaderSettings()).num_workers or 0
+        probes.append(Probe(e.name, m, m.samples_per_s, m.ci95, (w, m.settings.with_(num_workers=None)),
+                            e.predicted_samples_per_s))
+
+    def predict(model, key):
+        w, rest = key
+        p = model.predict(w, s.cpus_per_rank, prefetch_factor=rest.prefetch_factor)
+        return p.samples_per_s * max(s.ranks, 1) if p is not None and p.samples_per_s else None
+
+    return check_probes(probes, lambda ms: s.fit(list(ms)), predict)
 
 
 def _short_epochs(s: Session, base: Measurement, own: LoaderSettings) -> LoaderSettings:

@@ -131,6 +131,9 @@ class ProbeRecord:
     ci95: list[float] | None = None  # 95% interval of samples_per_s
     stopped_by: str | None = None  # why the probe ended: steps (its cap), precision, time
     note: str | None = None  # the rate's note (an interval wider than the target, a short window...)
+    model_error: float | None = None  # predicted (before the probe) / measured - 1
+    loo_error: float | None = None  # the model of every other probe of the worker search / measured - 1
+    disagrees: bool = False  # the model is off by more than this probe's interval + 10%
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -155,6 +158,7 @@ class TuneResult:
     epoch_gain: float | None = None  # persistent_workers: share of an epoch's time saved (estimate or measured)
     ci95: tuple[float, float] | None = None  # of samples_per_s
     baseline_ci95: tuple[float, float] | None = None  # of baseline_samples_per_s
+    model_check: dict | None = None  # lotus.model.check.ModelCheck of the worker search's probes
 
     @property
     def gain(self) -> float | None:
@@ -170,7 +174,8 @@ class TuneResult:
                 "baseline": self.baseline.to_dict(), "predicted_samples_per_s": self.predicted_samples_per_s,
                 "snippet": self.best.snippet(), "probes": [p.to_dict() for p in self.probes],
                 "seconds": self.seconds, "stopped": self.stopped, "epoch_gain": self.epoch_gain,
-                "cpus": self.cpus, "out": self.out, "command": self.command, "notes": self.notes}
+                "cpus": self.cpus, "out": self.out, "command": self.command, "notes": self.notes,
+                "model_check": self.model_check}
 
 
 __all__ = ["SETTINGS", "EpochFacts", "LoaderSettings", "Measurement", "ProbeRecord", "TuneError", "TuneResult"]
