@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -102,6 +103,10 @@ def test_prometheus_endpoint_scraped_over_http(tmp_path, now_mono):
     assert fams["lotus_job_running"].samples[0].value == 0
     with pytest.raises(OSError):
         _scrape(port)  # closed
+    served = {x.name for f in fams.values() for x in f.samples}
+    dashboard = (REPO / "docs" / "grafana-lotus.json").read_text()
+    used = set(re.findall(r"lotus_[a-z0-9_]+", dashboard))
+    assert used and used <= served  # docs/grafana-lotus.json queries only what the endpoint serves
 
 
 def test_port_in_use_unwritable_dir_missing_package_one_line_each(tmp_path, caplog, monkeypatch):
@@ -238,3 +243,32 @@ def test_a_stopped_sidecar_cannot_hold_the_launcher(tmp_path, caplog):
     finish_sidecar(proc, timeout_s=1.0)
     assert time.monotonic() - t < 5 and proc.returncode == -signal.SIGKILL
     assert _warnings(caplog) == ["the metrics sidecar did not finish within 1 s after the job; stopped"]
+
+
+def test_the_loader_starts_one_sidecar_per_directory_on_rank_0_only(tmp_path, monkeypatch):
+    from lotus.dataloader import DataLoader
+
+    for name in ("LOTUS_TRACE_DIR", "LOTUS_SIDECAR", "LOTUS_TENSORBOARD", "LOTUS_PROMETHEUS", "LOTUS_WANDB", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    started = []
+    monkeypatch.setattr(os, "posix_spawn", lambda path, argv, env, **kw: started.append(argv) or 1)
+    sinks = {"tensorboard": str(tmp_path / "tb"), "period_s": 2}
+    for _ in range(2):  # two loaders, one trace directory: one sidecar
+        DataLoader(range(8), trace_dir=tmp_path / "a", live_sinks=sinks)
+    (argv,) = started
+    assert argv[1:3] == ["-m", "lotus.live.sinks"] and argv[3] == str(tmp_path / "a")
+    assert argv[argv.index("--pid") + 1] == str(os.getpid())
+    assert argv[argv.index("--tensorboard") + 1] == str(tmp_path / "tb")
+    assert argv[argv.index("--period") + 1] == "2"
+    monkeypatch.setenv("RANK", "1")  # other ranks: rank 0's sidecar reads their files
+    DataLoader(range(8), trace_dir=tmp_path / "b", live_sinks=sinks)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOTUS_SIDECAR", "1")  # lotus run's sidecar follows the directory already
+    DataLoader(range(8), trace_dir=tmp_path / "c", live_sinks=sinks)
+    monkeypatch.delenv("LOTUS_SIDECAR")
+    monkeypatch.setenv("LOTUS_PROMETHEUS", "9108")  # the environment's way
+    DataLoader(range(8), trace_dir=tmp_path / "d")
+    assert len(started) == 2 and started[1][started[1].index("--prometheus") + 1] == "9108"
+    with pytest.warns(UserWarning, match="no live metrics .*unknown keys"):
+        DataLoader(range(8), trace_dir=tmp_path / "e", live_sinks={"tensorbord": "x"})
+    assert len(started) == 2

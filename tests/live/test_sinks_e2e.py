@@ -37,17 +37,26 @@ def _lotus_run(tmp_path: Path, sink_args: list[str], job_args: list[str], env: d
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _scrape(port: int) -> dict[str, float]:
-    """lotus_* samples of the endpoint (rank 0's series), {} when it does not answer (yet)."""
+def _scrape_while_running(proc: subprocess.Popen, port: int) -> tuple[list[list], str]:
+    """Scrape the endpoint every 0.3 s while ``proc`` runs: the samples of each answered scrape, and
+    ``proc``'s stderr."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    scrapes = []
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            text = r.read().decode()
-    except OSError:
-        return {}
-    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
-            if s.labels.get("rank", "0") == "0"}
+        while proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+                scrapes.append([x for f in text_string_to_metric_families(text) for x in f.samples])
+            except OSError:
+                pass  # not serving yet
+            time.sleep(0.3)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return scrapes, err
 
 
 def _tensorboard_last(log_dir: Path, tag: str) -> tuple[int, float]:
@@ -67,18 +76,10 @@ def test_lotus_run_publishes_to_all_three_within_10pct_of_the_jobs_clock(tmp_pat
     env = _env(tmp_path, WANDB_MODE="offline", WANDB_PROJECT="lotus-test-job")
     proc = _lotus_run(tmp_path, ["--tensorboard", "tb", "--prometheus", f"127.0.0.1:{port}", "--wandb"],
                       ["--wandb", "--batches", "200"], env)
-    scraped = []  # live scrapes with a rate
-    try:
-        while proc.poll() is None:
-            got = _scrape(port)
-            if got.get("lotus_job_running") == 1 and got.get("lotus_samples_per_second"):
-                scraped.append(got)
-            time.sleep(0.3)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    scrapes, err = _scrape_while_running(proc, port)
     assert proc.returncode == 0, err
+    rank0 = [{x.name: x.value for x in samples if x.labels.get("rank", "0") == "0"} for samples in scrapes]
+    scraped = [x for x in rank0 if x.get("lotus_job_running") == 1 and x.get("lotus_samples_per_second")]
     assert "lotus: " not in err.replace("lotus run: ", "")  # no sink complained
     clock = json.loads((tmp_path / "clock.json").read_text())
     truth = clock["samples_per_s"]
@@ -178,3 +179,53 @@ def test_the_traced_process_gets_nothing_new(tmp_path):
     assert {k: v for k, v in with_sinks.items() if k != "LOTUS_SIDECAR"} == plain
     assert with_sinks["LOTUS_SIDECAR"] == "1"
     assert not {"LOTUS_TENSORBOARD", "LOTUS_PROMETHEUS", "LOTUS_WANDB"} & set(plain)
+
+
+DDP = """
+import time, torch, torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, Dataset
+
+class Sleepy(Dataset):
+    def __len__(self):
+        return 320
+
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return i
+
+dist.init_process_group("gloo")
+ds = Sleepy()
+loader = DataLoader(ds, batch_size=4, sampler=DistributedSampler(ds), num_workers=1)
+n = sum(1 for _ in loader)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(180)
+def test_torchrun_one_endpoint_with_a_rank_label(tmp_path):
+    """Under torchrun the one sidecar reads every rank's files: one endpoint, a series per rank; TensorBoard
+    gets the ranks combined under lotus/ and each rank under lotus/rank<r>/."""
+    pytest.importorskip("prometheus_client")
+    pytest.importorskip("tensorboard")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun not installed beside this Python")
+    (tmp_path / "ddp.py").write_text(DDP)
+    port = free_port()
+    cmd = [sys.executable, "-m", "lotus", "run", "-o", str(tmp_path / "trace"), "--no-verdict", "--sink-period", "1",
+           "--prometheus", f"127.0.0.1:{port}", "--tensorboard", str(tmp_path / "tb"), "--", str(torchrun),
+           "--standalone", "--nproc-per-node", "2", str(tmp_path / "ddp.py")]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(tmp_path), stderr=subprocess.PIPE, text=True)
+    scrapes, err = _scrape_while_running(proc, port)
+    assert proc.returncode == 0, err
+    ranks = {x.labels["rank"] for samples in scrapes for x in samples if x.name == "lotus_samples_per_second"}
+    assert ranks == {"0", "1"}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(tmp_path / "tb" / "lotus"))
+    ea.Reload()
+    last = {tag: ea.Scalars(tag)[-1] for tag in ea.Tags()["scalars"]}
+    assert last["lotus/samples_per_s"].step == 40  # rank 0's batches: 320 samples / 2 ranks / 4
+    both = last["lotus/rank0/samples_per_s"].value + last["lotus/rank1/samples_per_s"].value
+    assert last["lotus/samples_per_s"].value == pytest.approx(both)
