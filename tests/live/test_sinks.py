@@ -248,8 +248,9 @@ def test_a_stopped_sidecar_cannot_hold_the_launcher(tmp_path, caplog):
 def test_the_loader_starts_one_sidecar_per_directory_on_rank_0_only(tmp_path, monkeypatch):
     from lotus.dataloader import DataLoader
 
-    for name in ("LOTUS_TRACE_DIR", "LOTUS_SIDECAR", "LOTUS_TENSORBOARD", "LOTUS_PROMETHEUS", "LOTUS_WANDB", "RANK"):
+    for name in ("LOTUS_TRACE_DIR", "LOTUS_TENSORBOARD", "LOTUS_PROMETHEUS", "LOTUS_WANDB", "RANK"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOTUS_SIDECAR", "")  # restored after the test (the loader sets it)
     started = []
     monkeypatch.setattr(os, "posix_spawn", lambda path, argv, env, **kw: started.append(argv) or 1)
     sinks = {"tensorboard": str(tmp_path / "tb"), "period_s": 2}
@@ -260,6 +261,7 @@ def test_the_loader_starts_one_sidecar_per_directory_on_rank_0_only(tmp_path, mo
     assert argv[argv.index("--pid") + 1] == str(os.getpid())
     assert argv[argv.index("--tensorboard") + 1] == str(tmp_path / "tb")
     assert argv[argv.index("--period") + 1] == "2"
+    assert os.environ["LOTUS_SIDECAR"] == str(tmp_path / "a")  # inherited by the processes this one starts
     monkeypatch.setenv("RANK", "1")  # other ranks: rank 0's sidecar reads their files
     DataLoader(range(8), trace_dir=tmp_path / "b", live_sinks=sinks)
     monkeypatch.setenv("RANK", "0")
@@ -271,4 +273,6 @@ def test_the_loader_starts_one_sidecar_per_directory_on_rank_0_only(tmp_path, mo
     assert len(started) == 2 and started[1][started[1].index("--prometheus") + 1] == "9108"
     with pytest.warns(UserWarning, match="no live metrics .*unknown keys"):
         DataLoader(range(8), trace_dir=tmp_path / "e", live_sinks={"tensorbord": "x"})
+    with pytest.warns(UserWarning, match="live_sinks= publishes from the trace: give trace_dir="):
+        DataLoader(range(8), live_sinks=sinks)
     assert len(started) == 2

@@ -278,6 +278,9 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
             self._lotus_auto = AutoWorkers(self, auto_cpus)
         directory = resolve_trace_dir(trace_dir)
         if directory is None:
+            if live_sinks is not None:
+                warn_once("live-sinks-untraced", "lotus: live_sinks= publishes from the trace: give trace_dir= "
+                          "(or $LOTUS_TRACE_DIR); no live metrics")
             return
         from lotus.dataloader import _torch_compat as compat
 

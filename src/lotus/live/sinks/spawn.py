@@ -71,13 +71,16 @@ def finish_sidecar(proc: subprocess.Popen | None, timeout_s: float = FINISH_S) -
 
 
 def ensure_for_loader(trace_dir: str, options: SinkOptions) -> bool:
-    """The DataLoader's way (``live_sinks=`` or ``LOTUS_TENSORBOARD``...): start one sidecar per process and
-    trace directory, not waited for (it ends after this process). Nothing when ``lotus run``'s sidecar
-    follows the directory already. Never raises; True when a sidecar was started."""
+    """The DataLoader's way (``live_sinks=`` or ``LOTUS_TENSORBOARD``...): start one sidecar per trace
+    directory, not waited for (it ends after this process). Nothing when ``lotus run``'s sidecar
+    (``LOTUS_SIDECAR=1``) or this process's parent's (``LOTUS_SIDECAR=<the directory>``, set here for the
+    processes this one starts, an evaluation subprocess say) follows the directory already. Never raises;
+    True when a sidecar was started."""
     try:
-        if os.environ.get(_env.SIDECAR) == "1" or not options.any:
+        directory = os.path.abspath(trace_dir)
+        if os.environ.get(_env.SIDECAR) in ("1", directory) or not options.any:
             return False
-        key = (os.getpid(), os.path.abspath(trace_dir))
+        key = (os.getpid(), directory)
         with _lock:
             if key in _started:
                 return False
@@ -91,6 +94,7 @@ def ensure_for_loader(trace_dir: str, options: SinkOptions) -> bool:
         env = {k: v for k, v in os.environ.items() if k not in (_env.TENSORBOARD, _env.PROMETHEUS, _env.WANDB)}
         os.posix_spawn(sys.executable, cmd, env, setsid=True,
                        file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
+        os.environ[_env.SIDECAR] = directory
         return True
     except Exception as exc:
         from lotus._warn import warn_once
