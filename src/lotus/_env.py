@@ -13,6 +13,12 @@ DETAIL_BUDGET = "LOTUS_DETAIL_BUDGET_PCT"  # the detail budget, percent of the p
 STEPS = "LOTUS_STEPS"  # lotus run --steps N: end the job after N consumed batches of one loader
 PRECISION = "LOTUS_PRECISION"  # lotus run --precision P: end the job once its steady rate is known to +-P
 PROBE_MAX_S = "LOTUS_PROBE_MAX_S"  # lotus run --max-seconds S: end a probe after S seconds of hand-offs
+# live metrics sinks (lotus.live.sinks): a sidecar process follows the trace and publishes
+TENSORBOARD = "LOTUS_TENSORBOARD"  # DIR: TensorBoard scalars under DIR/lotus/
+PROMETHEUS = "LOTUS_PROMETHEUS"  # [HOST:]PORT: a Prometheus endpoint
+WANDB = "LOTUS_WANDB"  # "1": Weights & Biases
+SINK_PERIOD = "LOTUS_SINK_PERIOD"  # seconds between publishes (default 10)
+SIDECAR = "LOTUS_SIDECAR"  # "1": lotus run's sidecar follows this trace directory (loaders start none)
 
 # files
 STEPS_MARKER = "lotus-steps-reached"  # lotus-steps-reached-r<rank>-p<pid>.json: a job reached --steps

@@ -90,7 +90,7 @@ def test_signature_is_torch_plus_lotus_keywords():
     ours = list(inspect.signature(DataLoader.__init__).parameters)
     assert ours[: len(torch_params)] == torch_params
     assert ours[len(torch_params):] == ["trace_dir", "itt", "trace_name", "worker_assignment", "delivery_order",
-                                       "gpu_telemetry", "trace_detail", "trace_budget_pct"]
+                                       "gpu_telemetry", "trace_detail", "trace_budget_pct", "live_sinks"]
 
 
 def test_user_multiprocessing_context_is_kept(tmp_path):

@@ -62,3 +62,12 @@ def write_known_run(d, t0: int, *, close: bool = True, n_batches: int = 100, gpu
 @pytest.fixture
 def now_mono() -> int:
     return time.monotonic_ns()
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (127.0.0.1)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

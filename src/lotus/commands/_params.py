@@ -75,3 +75,33 @@ def budget_option(ctx, param, value):
     if not math.isfinite(pct) or pct <= 0:
         fail(f"--detail-budget must be a number of percent > 0, got {value!r}")
     return pct
+
+
+def sink_options(f):
+    """``--tensorboard DIR``, ``--prometheus [HOST:]PORT``, ``--wandb``, ``--sink-period S`` (lotus.live.sinks); each
+    also read from its environment variable (LOTUS_TENSORBOARD, LOTUS_PROMETHEUS, LOTUS_WANDB, LOTUS_SINK_PERIOD)."""
+
+    def address(ctx, param, value):
+        if value is None:
+            return None
+        from lotus.live.sinks.options import parse_address
+
+        try:
+            parse_address(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+        return value
+
+    f = click.option("--sink-period", "sink_period", type=click.FloatRange(0, min_open=True), default=10.0,
+                     show_default=True, envvar="LOTUS_SINK_PERIOD", metavar="SECONDS",
+                     help="Seconds between two publishes of the live metrics (and one more at the end).")(f)
+    f = click.option("--wandb", "wandb", is_flag=True, envvar="LOTUS_WANDB",
+                     help="Live metrics to Weights & Biases: the job's own run, else a new one (honours "
+                          "WANDB_MODE=offline). Needs lotus-trace[wandb].")(f)
+    f = click.option("--prometheus", "prometheus", callback=address, default=None, metavar="[HOST:]PORT",
+                     envvar="LOTUS_PROMETHEUS",
+                     help="Live metrics on a Prometheus endpoint (all ranks, label rank). Needs "
+                          "lotus-trace[prometheus].")(f)
+    return click.option("--tensorboard", "tensorboard", type=click.Path(file_okay=False), default=None,
+                        metavar="DIR", envvar="LOTUS_TENSORBOARD",
+                        help="Live metrics as TensorBoard scalars in DIR/lotus/. Needs lotus-trace[tensorboard].")(f)

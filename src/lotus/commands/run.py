@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from lotus.commands._params import budget_option, cpus_option, rate_text
+from lotus.commands._params import budget_option, cpus_option, rate_text, sink_options
 
 
 def _settings(values) -> dict:
@@ -54,9 +54,10 @@ def _settings(values) -> dict:
               help="Stop the job after this long (exit code 124).")
 @click.option("--verdict/--no-verdict", default=True, show_default=True,
               help="Print the verdict (as `lotus analyze verdict`) to stderr at the end.")
+@sink_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, telemetry, detail_budget, full_detail,
-        trace, timeout_s, verdict, command) -> None:
+        trace, timeout_s, verdict, tensorboard, prometheus, wandb, sink_period, command) -> None:
     """Run COMMAND (a script, `python -m ...`, a console script, torchrun) with lotus's DataLoader.
 
     Every torch.utils.data.DataLoader the command creates, in every process and torchrun rank, is
@@ -66,6 +67,7 @@ def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, 
     \b
     lotus run -- python train.py --epochs 1
     lotus run --workers 8 --steps 200 -- torchrun --nproc-per-node 2 train.py
+    lotus run --tensorboard runs/ --prometheus 9108 -- python train.py   # live metrics (docs/live-sinks.md)
     """
     from lotus.launch.options import LaunchOptions
     from lotus.launch.runner import CommandNotFound, LaunchError, launch
@@ -76,10 +78,17 @@ def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, 
         raise click.UsageError("--steps needs tracing (drop --no-trace)")
     if (precision or max_seconds) and steps is None:
         raise click.UsageError("--precision and --max-seconds end a probe early: give its cap with --steps")
+    sinks = None
+    if tensorboard or prometheus or wandb:
+        if not trace:
+            raise click.UsageError("--tensorboard, --prometheus and --wandb publish from the trace: drop --no-trace")
+        from lotus.live.sinks import SinkOptions
+
+        sinks = SinkOptions(tensorboard=tensorboard, prometheus=prometheus, wandb=wandb, period_s=sink_period)
     options = LaunchOptions(trace_dir=trace_dir, trace=trace, workers=workers, steps=steps, precision=precision,
                             max_seconds=max_seconds, cpus=cpus, itt=itt,
                             telemetry=telemetry, timeout_s=timeout_s, loader_args=settings,
-                            detail_budget_pct=detail_budget, full_detail=full_detail)
+                            detail_budget_pct=detail_budget, full_detail=full_detail, sinks=sinks)
     try:
         probe = launch(list(command), options)
     except CommandNotFound as exc:

@@ -37,6 +37,14 @@ def resolve_telemetry(flag) -> bool:
     return bool(flag) if flag is not None else env_flag(TELEMETRY_ENV)
 
 
+def sinks_requested(live_sinks) -> bool:
+    """Live metrics asked for: ``live_sinks=`` given, or $LOTUS_TENSORBOARD / $LOTUS_PROMETHEUS / $LOTUS_WANDB set
+    (lotus.live.sinks reads them; this check imports nothing)."""
+    if live_sinks is not None:
+        return True
+    return any(os.environ.get(name, "").strip() for name in (_env.TENSORBOARD, _env.PROMETHEUS, _env.WANDB))
+
+
 def _env_int(name: str) -> int | None:
     text = os.environ.get(name, "").strip()
     if not text:

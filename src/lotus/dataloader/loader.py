@@ -27,6 +27,7 @@ from lotus.dataloader.config import (
     resolve_itt,
     resolve_telemetry,
     resolve_trace_dir,
+    sinks_requested,
     steps_limit,
     stop_rule,
 )
@@ -231,10 +232,15 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
         batches chosen so that the tracer's CPU stays within ``trace_budget_pct`` of the pipeline's;
         "full": for every batch (see docs/overhead.md for its cost). Batch records are always exact.
     trace_budget_pct: that budget in percent (> 0; default 0.5, or $LOTUS_DETAIL_BUDGET_PCT).
+    live_sinks: live metrics from a sidecar process that follows the trace: a dict such as
+        ``{"tensorboard": "runs/", "prometheus": 9108, "wandb": True}`` (or lotus.live.sinks.SinkOptions;
+        default: $LOTUS_TENSORBOARD, $LOTUS_PROMETHEUS, $LOTUS_WANDB). Started once per trace directory by
+        rank 0; see docs/live-sinks.md.
     """
 
     def __init__(self, *args, trace_dir=None, itt=None, trace_name=None, worker_assignment=None,
-                 delivery_order=None, gpu_telemetry=None, trace_detail=None, trace_budget_pct=None, **kwargs):
+                 delivery_order=None, gpu_telemetry=None, trace_detail=None, trace_budget_pct=None, live_sinks=None,
+                 **kwargs):
         self._lotus = None
         self._lotus_wrapping = False
         self._lotus_policy = Policy()
@@ -272,6 +278,9 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
             self._lotus_auto = AutoWorkers(self, auto_cpus)
         directory = resolve_trace_dir(trace_dir)
         if directory is None:
+            if live_sinks is not None:
+                warn_once("live-sinks-untraced", "lotus: live_sinks= publishes from the trace: give trace_dir= "
+                          "(or $LOTUS_TRACE_DIR); no live metrics")
             return
         from lotus.dataloader import _torch_compat as compat
 
@@ -287,6 +296,8 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
             return
         if lt.on:
             self._lotus = lt
+            if lt.rank == 0 and sinks_requested(live_sinks):
+                _start_sinks(directory, live_sinks)
 
     # The user's multiprocessing_context stays what they set; torch's iterator sees a tracing
     # wrapper of it only while it creates worker processes (see _get_iterator).
@@ -343,6 +354,20 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
         return self._lotus.trace_dir if self._lotus is not None else None
 
 
+def _start_sinks(trace_dir: str, live_sinks) -> None:
+    """The live metrics sidecar of this trace directory (lotus.live.sinks); a bad value warns once."""
+    from lotus.live.sinks.options import SinkOptions, from_env
+    from lotus.live.sinks.spawn import ensure_for_loader
+
+    try:
+        options = SinkOptions.coerce(live_sinks) if live_sinks is not None else from_env()
+    except (TypeError, ValueError) as exc:
+        warn_once("live-sinks", f"lotus: no live metrics ({exc}); training continues")
+        return
+    if options is not None:
+        ensure_for_loader(trace_dir, options)
+
+
 def _take_auto(args: tuple, kwargs: dict, count) -> tuple[tuple, dict, bool]:
     """``num_workers="auto"`` (keyword or positional) replaced by ``count()`` for torch never to see it."""
     from lotus.dataloader.auto import AUTO
@@ -375,6 +400,7 @@ def _signature() -> inspect.Signature:
         inspect.Parameter("gpu_telemetry", inspect.Parameter.KEYWORD_ONLY, default=None),
         inspect.Parameter("trace_detail", inspect.Parameter.KEYWORD_ONLY, default=None),
         inspect.Parameter("trace_budget_pct", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("live_sinks", inspect.Parameter.KEYWORD_ONLY, default=None),
     ]
     if not any(p.kind == inspect.Parameter.KEYWORD_ONLY for p in params) and params[-1].kind in (
         inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):

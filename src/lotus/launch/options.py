@@ -39,6 +39,7 @@ class LaunchOptions:
     replay: int | None = None  # prepare this many batches, then replay them (ingestion-limit probe)
     list_dataset_files: bool = False  # loaders write their dataset's file list into the trace dir
     on_start: object = None  # callable(pid) run right after the job started (pid = its process group)
+    sinks: object = None  # lotus.live.sinks.SinkOptions: live metrics from a sidecar that follows the trace
 
 
 def parse_cpus(text: str) -> list[int]:
@@ -119,9 +120,9 @@ def job_env(options: LaunchOptions, trace_dir: Path | None, base: dict[str, str]
     env["PYTHONPATH"] = boot_dir() + (os.pathsep + old if old else "")
     env[_env.LAUNCH] = "1"
     for name in (_env.TRACE_DIR, _env.WORKERS, _env.STEPS, _env.PRECISION, _env.PROBE_MAX_S, _env.ITT, _env.TELEMETRY,
-                 _env.REPLAY,
-                 _env.DATASET_FILES, _env.LOADER_ARGS):
-        env.pop(name, None)
+                 _env.REPLAY, _env.DATASET_FILES, _env.LOADER_ARGS, _env.TENSORBOARD, _env.PROMETHEUS, _env.WANDB,
+                 _env.SINK_PERIOD, _env.SIDECAR):
+        env.pop(name, None)  # the launcher's sidecar publishes: the job's loaders start none of their own
     if options.full_detail:
         env[_env.DETAIL] = "full"
     if options.detail_budget_pct is not None:
@@ -132,6 +133,8 @@ def job_env(options: LaunchOptions, trace_dir: Path | None, base: dict[str, str]
         env[_env.LOADER_ARGS] = json.dumps(options.loader_args)
     if options.trace and trace_dir is not None:
         env[_env.TRACE_DIR] = str(Path(trace_dir).resolve())
+        if options.sinks is not None:
+            env[_env.SIDECAR] = "1"
     if options.workers is not None:
         env[_env.WORKERS] = str(int(options.workers))
     if options.steps is not None:

@@ -271,6 +271,11 @@ def launch(command: list[str], options: LaunchOptions | None = None) -> Probe:
             if f is not None:
                 f.close()
     run_doc["pid"] = proc.pid
+    sidecar = None
+    if options.sinks is not None and options.trace and trace_dir is not None:  # live metrics (lotus.live.sinks)
+        from lotus.live.sinks.spawn import sidecar_for_launch
+
+        sidecar = sidecar_for_launch(options, trace_dir, proc.pid, run_doc)
     if trace_dir is not None:
         _write_run_file(trace_dir, run_doc)
     if callable(options.on_start):
@@ -316,6 +321,10 @@ def launch(command: list[str], options: LaunchOptions | None = None) -> Probe:
                    steps_reached=steps_reached, stopped_by=ended_by, wall_s=wall)
     if trace_dir is not None:
         _write_run_file(trace_dir, run_doc)
+    if sidecar is not None:
+        from lotus.live.sinks.spawn import finish_sidecar
+
+        finish_sidecar(sidecar)  # its last publish (it ends once the job's process is gone)
     return Probe(command=command, trace_dir=trace_dir if options.trace else None, exit_code=code, wall_s=wall,
                  steps_reached=steps_reached, stopped=stopped, cpus=options.cpus, workers=options.workers,
                  steps=options.steps, stopped_by=ended_by, stdout_path=stdout_path, stderr_path=stderr_path)

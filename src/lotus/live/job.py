@@ -42,7 +42,7 @@ def local_boot_id() -> str:
         return socket.gethostname()
 
 
-def _process_start_wall_ns(pid: int) -> int | None:
+def process_start_wall_ns(pid: int) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
@@ -66,7 +66,7 @@ def pid_alive(pid: int | None, started_by_wall_ns: int | None = None) -> bool:
         return False
     except PermissionError:
         pass  # exists, owned by someone else
-    start = _process_start_wall_ns(pid)
+    start = process_start_wall_ns(pid)
     if start == -1:
         return False
     # /proc times have a 1 s (btime) + 1 tick resolution: allow 2 s

@@ -39,7 +39,7 @@ def _lookup(keys: np.ndarray, src_keys: np.ndarray, src_vals: np.ndarray) -> tup
     return src_vals[idx], found
 
 
-def _samples(consumed: np.ndarray, collate: np.ndarray, counts: np.ndarray, batch_size) -> np.ndarray:
+def batch_samples(consumed: np.ndarray, collate: np.ndarray, counts: np.ndarray, batch_size) -> np.ndarray:
     """Samples of each consumed batch: collate's count, else its `sample` events, else batch_size (NaN: unknown)."""
     keys = _key(consumed)
     n = np.full(len(keys), np.nan)
@@ -106,7 +106,7 @@ def _loader(state: LiveState, rows: np.ndarray, key: tuple[int, int], now: int, 
 
     consumed = of(S.EV_CONSUMED)
     recent = consumed[consumed["start"] > lo]
-    n = _samples(recent, of(S.EV_COLLATE), of(SAMPLE_COUNT), desc.get("batch_size"))
+    n = batch_samples(recent, of(S.EV_COLLATE), of(SAMPLE_COUNT), desc.get("batch_size"))
     known = ~np.isnan(n)
     samples = None
     if len(n) == 0:

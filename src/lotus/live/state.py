@@ -46,6 +46,7 @@ class FileInfo:
     ended: bool = False  # CTRL_END seen: closed cleanly
     last_ns: int = 0  # latest event end read from it (state time base)
     records: int = 0  # event records read from it
+    host: str = ""  # the hostname its header names
 
 
 @dataclass
@@ -57,6 +58,7 @@ class LiveState:
     ops: dict[tuple[int, int, str], dict[int, list[int]]] = field(default_factory=dict)
     loaders: dict[tuple[int, int], dict] = field(default_factory=dict)  # (rank, loader) -> description
     first_ns: dict[tuple[int, int], int] = field(default_factory=dict)  # first event seen per loader
+    consumed: dict[tuple[int, int], int] = field(default_factory=dict)  # batches the loop received, all read so far
     files: dict[str, FileInfo] = field(default_factory=dict)
     latest_ns: int = 0  # latest event end seen in any file
     _pending: list[np.ndarray] = field(default_factory=list)
@@ -75,9 +77,13 @@ class LiveState:
         self.latest_ns = max(self.latest_ns, last)
         for loader in np.unique(events["loader"]).tolist():
             key = (info.rank, loader)
-            t = int(start[events["loader"] == loader].min())
+            mine = events["loader"] == loader
+            t = int(start[mine].min())
             if key not in self.first_ns or t < self.first_ns[key]:
                 self.first_ns[key] = t
+            n = int(np.count_nonzero(ids[mine] == S.EV_CONSUMED))
+            if n:
+                self.consumed[key] = self.consumed.get(key, 0) + n
         keep = _KEEP[ids]
         if keep.any():
             self._pending.append(self._rows(events[keep], start[keep], info))

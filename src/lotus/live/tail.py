@@ -94,7 +94,8 @@ class Tailer:
         shift = 0 if local else self._domain_shift.setdefault(boot, off - self._local_off)
         info = FileInfo(path=str(path), role=str(header.get("role", "main")), rank=int(header.get("rank", 0)),
                         worker_id=int(header.get("worker_id", S.NO_ID)), pid=int(header.get("pid", -1)),
-                        boot_id=boot, local=local, last_ns=int(header["anchor_mono_ns"]) + shift)
+                        boot_id=boot, local=local, last_ns=int(header["anchor_mono_ns"]) + shift,
+                        host=str(header.get("hostname", "")))
         self.state.files[path.name] = info
         return FileTail(path, info, data_offset, data_offset, shift, loader_offset=self._loader_offset(header))
 
