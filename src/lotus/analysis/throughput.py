@@ -80,6 +80,15 @@ def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = 
     return out
 
 
+def main_loader(rates: dict) -> int | None:
+    """The loader that handed out the most batches over all ranks (:func:`loader_rates`' keys), the lowest
+    id among equals: the training loader when a script also validates."""
+    by_loader: dict[int, int] = {}
+    for (_rank, loader), (_r, nb, _ns) in rates.items():
+        by_loader[loader] = by_loader.get(loader, 0) + nb
+    return max(sorted(by_loader), key=lambda lid: by_loader[lid]) if by_loader else None
+
+
 def loader_throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False):
     """One row per (rank, loader): batches, samples, the steady window's batches/samples/seconds,
     samples_per_s with its 95% interval (``ci95_lo``, ``ci95_hi``), what was left out. ``replayed_only``:
@@ -103,10 +112,7 @@ def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = Fa
     if not rates:
         return {"samples_per_s": None, "ci95": None, "batches": 0, "samples": 0, "loader": None, "loaders": [],
                 "note": "no batch was handed to the loop"}
-    by_loader: dict[int, int] = {}
-    for (_rank, loader), (_r, nb, _ns) in rates.items():
-        by_loader[loader] = by_loader.get(loader, 0) + nb
-    main = max(sorted(by_loader), key=lambda lid: by_loader[lid])
+    main = main_loader(rates)
     mine: list[tuple[SteadyRate, int, float]] = [v for (_rk, lid), v in rates.items() if lid == main]
     total, ci = combine([r for r, _, _ in mine])
     notes = sorted({r.note for r, _, _ in mine if r.note})

@@ -22,6 +22,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "gpu": ("lotus.commands.analyze_gpu:gpu", "GPU idle time and how much of it is waiting for data."),
     "throughput": ("lotus.commands.analyze_throughput:throughput_cmd",
                    "Steady-state samples/s with its 95% interval, and what was left out."),
+    "ranks": ("lotus.commands.analyze_ranks:ranks_cmd",
+              "Stragglers across ranks and nodes: who holds the others back, and why."),
 }
 
 
@@ -79,6 +81,19 @@ def configs_of(data_dir: Path, engine: str = "auto", summary_only: bool = False,
     from lotus.analysis.runs import iter_configs
 
     return iter_configs(data_dir, engine=engine, summary_only=summary_only, census=census)
+
+
+def per_config(data_dir: Path, compute, show, as_json: bool, key: str = "configs", **kw) -> dict:
+    """``{key: {config: compute(cfg)}}`` over the configs of ``data_dir`` (``kw``: :func:`configs_of`'s);
+    each result shown with ``show(name, result)`` as it comes, or the whole document printed as JSON."""
+    doc: dict = {key: {}}
+    for cfg in configs_of(data_dir, **kw):
+        doc[key][cfg.name] = result = compute(cfg)
+        if not as_json:
+            show(cfg.name, result)
+    if as_json:
+        echo_json(doc)
+    return doc
 
 
 # -- the group ----------------------------------------------------------------------------------------

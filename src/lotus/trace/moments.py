@@ -93,6 +93,13 @@ def _epoch_sums(acc: dict, epoch: np.ndarray, slot: np.ndarray, dur: np.ndarray,
         acc[lo + i] = np.pad(row, (0, slots - len(row))) + sums[i]
 
 
+def _rank_sums(acc: dict, rank: int, sums: np.ndarray) -> None:
+    """Per rank, per op slot: total ns (``lotus analyze ranks``' slowest op of each rank); ``sums``: a
+    chunk's per-slot totals (integer sums, exact in float64 below 2**53 ns)."""
+    row = acc.get(rank, np.zeros(0))
+    acc[rank] = np.pad(row, (0, len(sums) - len(row))) + sums
+
+
 def _bins(dur: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         b = np.floor(np.log2(np.maximum(dur, 1).astype(np.float64)) * BINS_PER_OCTAVE).astype(np.int64) + 1

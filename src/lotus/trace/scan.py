@@ -42,7 +42,7 @@ from lotus.errors import InputError
 from lotus.trace import schema as S
 from lotus.trace.batchparts import BatchParts, SparseBatchIds
 from lotus.trace.discover import Run
-from lotus.trace.moments import _epoch_sums, _Moments
+from lotus.trace.moments import _epoch_sums, _Moments, _rank_sums
 from lotus.trace.native import read_header
 from lotus.trace.opengine import OP_BUILTINS, OpEngine
 from lotus.trace.original import release_freed_memory
@@ -191,6 +191,7 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: boo
     parts = BatchParts(str(run.path), columns) if fold else None
     lookups = parts.codes(small.size) if fold else None
     by_epoch: dict[int, np.ndarray] = {}
+    by_rank: dict[int, np.ndarray] = {}
     first: dict[int, int] = {}
     counted = Census() if census else None
     row = 0
@@ -218,6 +219,7 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: boo
                 sl, dur, ep = slot[ops], arr["dur_ns"][ops], arr["epoch"][ops]
                 sums = moments.add(sl, dur, len(slot_codes))
                 _epoch_sums(by_epoch, ep, sl, dur, len(slot_codes), sums)
+                _rank_sums(by_rank, fs.consts["rank"], sums)
             n_events += len(arr)
             row += len(arr)
         if fs is None:  # a file with no record at all
@@ -244,7 +246,7 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: boo
     release_freed_memory()  # the chunks' temporaries (glibc keeps them otherwise), before pandas is imported
     df = _frame(acc, run)
     engine = df.attrs["op_engine"] = OpEngine(good, offsets, per_process, names, slot_codes, moments, first)
-    engine.by_epoch = by_epoch
+    engine.by_epoch, engine.by_rank = by_epoch, by_rank
     engine.op_stats = op_stats
     engine.census = counted
     df.attrs["engine"] = "scan"
