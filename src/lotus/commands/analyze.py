@@ -11,6 +11,7 @@ analysis commands (viz, plot, report, diff, export, info).
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 
 import click
@@ -29,8 +30,25 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 # -- shared helpers ----------------------------------------------------------------------------------
 def data_dir_option(f):
+    """``--data-dir``, plus ``--jobs`` and ``--cluster`` (where a large run is scanned: lotus.trace.parallel)."""
+
+    @functools.wraps(f)
+    def command(*args, jobs=None, cluster=None, **kwargs):
+        if jobs is None and cluster is None:
+            return f(*args, **kwargs)
+        from lotus.trace.parallel import settings
+
+        with settings(jobs=jobs, cluster=cluster):
+            return f(*args, **kwargs)
+
+    command = click.option("--cluster", metavar="ADDRESS", default=None,
+                           help="Scan large runs on a running Dask cluster (tcp://HOST:8786) whose workers see the "
+                                "trace files at the same paths [$LOTUS_CLUSTER].")(command)
+    command = click.option("--jobs", "-j", type=click.IntRange(min=0), default=None, metavar="N",
+                           help="Processes scanning a large run (0: every core; 1: this process only) "
+                                "[$LOTUS_JOBS; default: every core for runs over 64 MiB].")(command)
     return click.option("--data-dir", "-d", required=True, type=click.Path(path_type=Path),
-                        help="A run directory, or a directory of runs (each run is a config).")(f)
+                        help="A run directory, or a directory of runs (each run is a config).")(command)
 
 
 def echo_json(obj) -> None:

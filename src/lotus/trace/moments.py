@@ -45,6 +45,14 @@ class _Moments:
         """Merge one chunk: ``slot`` (op slot of each event) and ``dur`` (int64 ns); returns its per-slot sums."""
         if not len(slot):
             return None
+        stats = self.chunk(slot, dur, slots)
+        self.merge(*stats)
+        return stats[1]
+
+    def chunk(self, slot: np.ndarray, dur: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Add one chunk's durations to the histograms, minima and maxima (exact, in any order); returns its
+        per-slot count, sum and sum of squares, for :meth:`merge` (the means and M2, whose floating-point
+        results depend on the order of the chunks)."""
         self.grow(slots)
         d = dur.astype(np.float64)
         b = _bins(dur)
@@ -53,6 +61,25 @@ class _Moments:
         n = chunk.sum(axis=1)
         s = np.bincount(slot, weights=d, minlength=slots)
         sq = np.bincount(slot, weights=d * d, minlength=slots)
+        self.hist += chunk
+        # exact min/max: only values in the run's extreme bins can be extremes, and only chunks with
+        # values there need a look
+        for k in np.flatnonzero(n > 0).tolist():
+            nz = np.flatnonzero(self.hist[k])
+            lo_bin, hi_bin = int(nz[0]), int(nz[-1])
+            if chunk[k, lo_bin]:
+                self.lo[k] = min(self.lo[k], int(dur[flat == k * N_BINS + lo_bin].min()))
+            if chunk[k, hi_bin]:
+                self.hi[k] = max(self.hi[k], int(dur[flat == k * N_BINS + hi_bin].max()))
+        return n, s, sq
+
+    def merge(self, n: np.ndarray, s: np.ndarray, sq: np.ndarray) -> None:
+        """Chan's merge of one chunk's per-slot count, sum and sum of squares into the running count, sum,
+        mean and M2 (slots past the chunk's: none of its events)."""
+        if len(n) < len(self.n):
+            n, s, sq = (np.pad(a, (0, len(self.n) - len(a))) for a in (n, s, sq))
+        elif len(n) > len(self.n):
+            self.grow(len(n))
         has = n > 0
         cm = np.where(has, s / np.maximum(n, 1), 0.0)
         cm2 = np.maximum(sq - s * cm, 0.0)
@@ -63,17 +90,6 @@ class _Moments:
             self.m2 = np.where(has, self.m2 + cm2 + delta * delta * self.n * n / np.maximum(tot, 1), self.m2)
         self.n = tot
         self.total = self.total + s
-        self.hist += chunk
-        # exact min/max: only values in the run's extreme bins can be extremes, and only chunks with
-        # values there need a look
-        for k in np.flatnonzero(has).tolist():
-            nz = np.flatnonzero(self.hist[k])
-            lo_bin, hi_bin = int(nz[0]), int(nz[-1])
-            if chunk[k, lo_bin]:
-                self.lo[k] = min(self.lo[k], int(dur[flat == k * N_BINS + lo_bin].min()))
-            if chunk[k, hi_bin]:
-                self.hi[k] = max(self.hi[k], int(dur[flat == k * N_BINS + hi_bin].max()))
-        return s
 
 
 def _epoch_sums(acc: dict, epoch: np.ndarray, slot: np.ndarray, dur: np.ndarray, slots: int,
