@@ -95,17 +95,18 @@ def measure(run: Path, repeat: int) -> dict:
             "cpus": results[0]["cpus"], "runs": [r["seconds"] for r in results]}
 
 
-def cli_once(cmd: str, run: Path, engine: str, jobs: int | None = None, out=None) -> tuple[float, int]:
+def cli_once(cmd: str, run: Path, engine: str, jobs: int | None = None, out=None, env: dict | None = None
+             ) -> tuple[float, int]:
     """(seconds, peak RSS bytes) of ``lotus analyze CMD -d RUN`` in a fresh process.
 
     The peak is the child's own ``VmHWM`` at exit, written to a file: ``ru_maxrss`` from ``wait4`` also
     counts the parent's resident pages that a forked child holds until it execs (a parent that has just
     generated a large trace would inflate it). ``jobs``: pinned to that many CPUs with ``$LOTUS_JOBS``;
-    ``out``: a file for its ``--json`` output."""
+    ``out``: a file for its ``--json`` output; ``env``: more environment."""
     import time
 
     with tempfile.NamedTemporaryFile("r", suffix=".hwm") as hwm:
-        env = {**os.environ, "LOTUS_ENGINE": engine, "LOTUS_BENCH_HWM": hwm.name}
+        env = {**os.environ, **(env or {}), "LOTUS_ENGINE": engine, "LOTUS_BENCH_HWM": hwm.name}
         cpus = 2 if jobs is None else jobs
         if jobs is not None:
             env["LOTUS_JOBS"] = str(jobs)

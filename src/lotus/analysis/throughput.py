@@ -50,11 +50,14 @@ def _workers(desc: dict | None) -> int:
     return w if isinstance(w, int) and w > 0 else 0
 
 
+_RATE_COLUMNS = ("rank", "loader", "epoch", "consumed_ns", "n_samples", "prep_dur_ns", "wait_dur_ns", "failed")
+
+
 def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
     """{(rank, loader): (SteadyRate, batches, samples)} of every loader that handed out a batch."""
     from lotus.trace.batches import ok_batches
 
-    b = ok_batches(batches)
+    b = ok_batches(batches[[c for c in _RATE_COLUMNS if c in batches.columns]])  # a group's columns: cheap slices
     b = b[b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]
     if replayed_only:
         b = b[b["prep_dur_ns"].isna().to_numpy(dtype=bool, na_value=True)]

@@ -226,8 +226,9 @@ class BatchParts:
             x[0], x[1] = min(x[0], lo), max(x[1], hi)
         for key, theirs in other.groups.items():
             mine = self.groups.get(key)
-            if mine is None:
-                self.groups[key] = {n: a if n == "cap" else spill.copy_of(a) for n, a in theirs.items()}
+            if mine is None:  # large arrays to disk (the parts come from other processes, in memory)
+                self.groups[key] = {n: a if n == "cap" or a.nbytes < spill.MIN_BYTES else spill.copy_of(a)
+                                    for n, a in theirs.items()}
                 continue
             self._group(key, theirs["cap"], check=False)
             self._absorb_group(mine, theirs)

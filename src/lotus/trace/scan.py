@@ -203,7 +203,7 @@ def _frame(acc, run: Run):
     """The events DataFrame of the kept rows (the columns and categories of ``load_events``)."""
     import pandas as pd
 
-    from lotus.trace.events import EVENT_COLUMNS, _unique_labels
+    from lotus.trace.events import EVENT_COLUMNS, FileList, _unique_labels
 
     code = acc.column("code")
     cat_names = sorted(set(acc.cats))
@@ -216,5 +216,5 @@ def _frame(acc, run: Run):
     df = pd.DataFrame(columns, copy=False)
     df.attrs["run"] = run.name
     df.attrs["path"] = str(run.path)
-    df.attrs["files"] = acc.files
+    df.attrs["files"] = FileList(acc.files)
     return df

@@ -91,8 +91,8 @@ def _hist_into(m, pm, k: int, code: int, slot_codes: list[int]) -> None:
     m.grow(len(slot_codes))
     if k < len(pm.n):
         m.hist[j] += pm.hist[k]
-        m.lo[j] = min(m.lo[j], pm.lo[k])
-        m.hi[j] = max(m.hi[j], pm.hi[k])
+        m.lo[j], m.hi[j] = min(m.lo[j], pm.lo[k]), max(m.hi[j], pm.hi[k])
+        m.lo_bin[j], m.hi_bin[j] = min(m.lo_bin[j], pm.lo_bin[k]), max(m.hi_bin[j], pm.hi_bin[k])
 
 
 def _add_slots(row: np.ndarray | None, theirs: np.ndarray, codes: list[int], slot_codes: list[int]) -> np.ndarray:
