@@ -20,7 +20,7 @@ Here (2 cores)::
 
 On a 16-core host (the figures for docs/results; not run by the author)::
 
-    python benchmarks/scale.py --events 1000000000 --jobs 1,2,4,8,12,16 --repeat 3 --dir /data/lotus26
+    python benchmarks/scale.py --events 1000000000 --compress --jobs 1,2,4,8,12,16 --repeat 3 --dir /data/lotus26
 """
 
 from __future__ import annotations
@@ -38,22 +38,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster_engines import start_dask  # benchmarks import each other from this directory
-from ingest import cli_once, size_of
+from ingest import cli_once
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
-def generate(run: Path, n: int, ranks: int, nodes: int, epochs: int) -> None:
+def generate(run: Path, n: int, ranks: int, nodes: int, epochs: int, compress: bool = False) -> None:
     code = ("import sys\nfrom lotus.trace.synthetic import spec_for_events, write_native\n"
-            "n, ranks, nodes, epochs = map(int, sys.argv[2:6])\n"
+            "n, ranks, nodes, epochs, compress = map(int, sys.argv[2:7])\n"
             "spec = spec_for_events(n, 'lotus', n_workers=4, batch_size=32, epochs=epochs, ranks=ranks, sync=True,\n"
             "                       slow_rank=ranks // 3, slow_rank_load=1.6, step_ms=60.0)\n"
-            "write_native(sys.argv[1], spec, ranks_per_node=max(ranks // nodes, 1))\n")
-    subprocess.run([sys.executable, "-c", code, str(run), str(n), str(ranks), str(nodes), str(epochs)], check=True)
+            "write_native(sys.argv[1], spec, ranks_per_node=max(ranks // nodes, 1), compress=bool(compress))\n")
+    subprocess.run([sys.executable, "-c", code, str(run), str(n), str(ranks), str(nodes), str(epochs),
+                    str(int(compress))], check=True)
 
 
 def tree_size(run: Path) -> int:
-    return sum(size_of(d) for d in [run, *sorted(p for p in run.iterdir() if p.is_dir())])
+    return sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
 
 
 def main() -> None:
@@ -62,6 +63,8 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--compress", action="store_true",
+                    help="zstd-compressed files (~10 bytes an event: 1B events fit in a page cache of 16 GB)")
     ap.add_argument("--jobs", default="1,all", help="comma-separated process counts ('all': every core)")
     ap.add_argument("--cluster-workers", type=int, default=0, help="also on a local Dask cluster of K workers")
     ap.add_argument("--commands", default="stats,verdict,ranks")
@@ -72,11 +75,12 @@ def main() -> None:
     ap.add_argument("--paper-cores", type=int, default=16)
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0))
-    run = args.dir / f"job_{args.events}_r{args.ranks}_n{args.nodes}_e{args.epochs}"
+    name = f"job_{args.events}_r{args.ranks}_n{args.nodes}_e{args.epochs}" + ("_zst" if args.compress else "")
+    run = args.dir / name
     if not run.exists():
-        generate(run, args.events, args.ranks, args.nodes, args.epochs)
+        generate(run, args.events, args.ranks, args.nodes, args.epochs, args.compress)
     size = tree_size(run)
-    for p in run.rglob("*.lotustrace"):  # warm the page cache (if it holds them)
+    for p in run.rglob("*.lotustrace*"):  # warm the page cache (if it holds them)
         with open(p, "rb") as f:
             while f.read(1 << 24):
                 pass

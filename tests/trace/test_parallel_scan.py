@@ -54,6 +54,22 @@ def test_multi_rank_nodes_and_epochs(tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(300)
+def test_compressed_files(tmp_path, monkeypatch):
+    """zstd files (lotus compact's format, written directly by the synthetic writer): the same answers as
+    the plain files, on one process or three."""
+    spec = PipelineSpec(n_batches=40, batch_size=4, n_workers=2, epochs=2, ranks=3, seed=11)
+    write_native(tmp_path / "plain", spec)
+    write_native(tmp_path / "zst", spec, compress=True)
+    assert all(p.name.endswith(".lotustrace.zst") for p in (tmp_path / "zst").iterdir())
+    monkeypatch.setenv("LOTUS_ENGINE", "scan")
+    for jobs in ("1", "3"):
+        monkeypatch.setenv("LOTUS_JOBS", jobs)
+        a = run("analyze", "verdict", "-d", tmp_path / "plain", "--json").output
+        b = run("analyze", "verdict", "-d", tmp_path / "zst", "--json").output
+        assert a.replace('"plain"', '"zst"') == b
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("config", ["b128_gpu4", "b512_gpu1"])
 def test_real_traces(config, tmp_path, monkeypatch):
     same_everywhere(native_from_events(load_events(REAL / config), tmp_path / config), monkeypatch, chunk=211)

@@ -154,16 +154,15 @@ def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary
 
     with header_cache():  # which runs, then each run's scan: the headers read once
         runs = find_runs(data_dir)
-    yielded = 0
-    for run in runs:
-        try:
-            with header_cache():
+        yielded = 0
+        for run in runs:
+            try:
                 cfg = _config_of(run, engine, summary_only, census=census)
-        except InputError as exc:
-            _log.warning("%s; run %s skipped", exc, run.name)
-            continue
-        yielded += 1
-        yield cfg
+            except InputError as exc:
+                _log.warning("%s; run %s skipped", exc, run.name)
+                continue
+            yielded += 1
+            yield cfg
     if not yielded:
         raise InputError("no readable run here or below", data_dir)
 

@@ -91,7 +91,13 @@ def _end(wall_ns: int) -> bytes:
 
 
 def _write(path: Path, parts: list[bytes | np.ndarray]) -> None:
-    with open(path, "wb") as f:
+    if path.name.endswith(".zst"):  # as lotus compact writes them (zstd through pyarrow)
+        import pyarrow as pa
+
+        opened = pa.output_stream(str(path), compression="zstd", buffer_size=1 << 20)
+    else:
+        opened = open(path, "wb")  # noqa: SIM115 - closed by the with below
+    with opened as f:
         for p in parts:
             f.write(p if isinstance(p, bytes) else memoryview(np.ascontiguousarray(p)).cast("B"))
 
@@ -157,10 +163,12 @@ def _main_records(ep: SimEpoch) -> np.ndarray:
 
 
 def write_native(directory: str | os.PathLike, spec: PipelineSpec | None = None, *,
-                 ranks_per_node: int | None = None) -> list[Path]:
+                 ranks_per_node: int | None = None, compress: bool = False) -> list[Path]:
     """Write the simulated run as lotus trace files in ``directory``; returns the paths written.
     ``ranks_per_node``: a cluster's layout instead: rank r's files in ``node<NN>/`` (NN = r // ranks_per_node),
-    written by host ``node<NN>`` (its own boot id)."""
+    written by host ``node<NN>`` (its own boot id). ``compress``: zstd-compressed files (``.lotustrace.zst``,
+    as ``lotus compact`` writes them)."""
+    suffix = S.FILE_SUFFIX + (".zst" if compress else "")
     spec = spec or PipelineSpec()
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
@@ -189,13 +197,13 @@ def write_native(directory: str | os.PathLike, spec: PipelineSpec | None = None,
         m[3] = ep.epoch_end_ns
         for w, wpid in enumerate(ep.worker_pids):
             rec = _worker_records(spec, ep, w)
-            p = dir_of(ep.rank) / f"lotus-r{ep.rank}-w{w}-p{wpid}{S.FILE_SUFFIX}"
+            p = dir_of(ep.rank) / f"lotus-r{ep.rank}-w{w}-p{wpid}{suffix}"
             _write(p, [_header("worker", wpid, ep.rank, spec.ranks, w, int(ep.worker_start_ns[w]) - 1_000,
                                node_of(ep.rank)),
                        op_defs, rec, _end(int(ep.worker_end_ns[w]) + 1_000)])
             paths.append(p)
     for rank, (main_pid, anchor, recs, end_ns) in sorted(mains.items()):
-        p = dir_of(rank) / f"lotus-r{rank}-main-p{main_pid}{S.FILE_SUFFIX}"
+        p = dir_of(rank) / f"lotus-r{rank}-main-p{main_pid}{suffix}"
         _write(p, [_header("main", main_pid, rank, spec.ranks, -1, anchor, node_of(rank)),
                    _define(S.NS_LOADER, 0, json.dumps(description)), *recs, _end(end_ns + 1_000)])
         main_paths.append(p)
