@@ -162,46 +162,6 @@ class _TreePeak:
         return self.peak
 
 
-def jobs_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: int, ranks: int,
-               jobs: list[int]) -> dict:
-    """Each command at each ``jobs`` value in turn, ``repeat`` times: median time, peaks, speed-up, identity."""
-    import hashlib
-
-    rows = []
-    print(f"{'events':>12} {'ranks':>5} {'command':8} {'jobs':>4} {'median s':>9} {'speed-up':>8} {'peak MiB':>9} "
-          f"{'tree MiB':>9}  same output")
-    for n in sizes:
-        run = root / (f"lotus_{n}" + (f"_e{epochs}" if epochs != 1 else "") + (f"_r{ranks}" if ranks != 1 else ""))
-        if not run.exists():
-            _generate(run, n, epochs, ranks)
-        for p in run.iterdir():  # warm the page cache
-            with open(p, "rb") as f:
-                while f.read(1 << 24):
-                    pass
-        for cmd in ("stats", "verdict"):
-            res: dict[int, list] = {j: [] for j in jobs}
-            digests: dict[int, set] = {j: set() for j in jobs}
-            for _ in range(repeat):
-                for j in jobs:  # in turn: the neighbours' load falls on every setting alike
-                    with tempfile.TemporaryFile() as out:
-                        dt, peak = cli_once(cmd, run, engine, jobs=j, out=out)
-                        out.seek(0)
-                        digests[j].add(hashlib.sha256(out.read()).hexdigest())
-                    res[j].append((dt, peak, cli_once.tree_peak))
-            base = statistics.median(r[0] for r in res[jobs[0]])
-            for j in jobs:
-                secs = statistics.median(r[0] for r in res[j])
-                row = {"events": n, "ranks": ranks, "command": cmd, "jobs": j, "seconds": secs, "speedup": base / secs,
-                       "peak_bytes": max(r[1] for r in res[j]), "tree_peak_bytes": max(r[2] for r in res[j]),
-                       "runs": [r[0] for r in res[j]], "same_output": digests[j] == digests[jobs[0]] and
-                       len(digests[j]) == 1}
-                rows.append(row)
-                print(f"{n:>12,} {ranks:>5} {cmd:8} {j:>4} {secs:>9.2f} {row['speedup']:>7.2f}x "
-                      f"{row['peak_bytes'] / 2**20:>9.0f} {row['tree_peak_bytes'] / 2**20:>9.0f}  {row['same_output']}")
-    print(f"load average {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[1]:.2f} (5 min)")
-    return {"engine": engine, "rows": rows}
-
-
 _FIT = ("import sys\n"
         "from lotus.model import fit, load_run\n"
         "model = fit(load_run(sys.argv[4]))\n"
@@ -268,6 +228,9 @@ def main() -> None:
     root = Path(ctx.name) if ctx else args.dir
     root.mkdir(parents=True, exist_ok=True)
     if args.cli and args.jobs:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from scale import jobs_bench  # issue 26's benchmarks live there
+
         try:
             print(json.dumps(jobs_bench([int(x) for x in args.events.split(",")], root, args.repeat, args.engine,
                                         args.epochs, args.ranks, [int(x) for x in args.jobs.split(",")])))

@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster_engines import start_dask  # benchmarks import each other from this directory
-from ingest import cli_once
+from ingest import _generate, cli_once
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -111,27 +111,55 @@ def main() -> None:
                       "rows": rows}))
 
 
-def measure(run: Path, args, settings, env) -> list[dict]:
+def in_turn(cmd: str, run: Path, engine: str, settings: list[tuple[str, int, dict]], repeat: int) -> list[dict]:
+    """``lotus analyze CMD --json`` under each (name, jobs, environment) setting in turn, ``repeat`` rounds (the
+    neighbours' load falls on every setting alike): per setting the median time, the speed-up over the first,
+    the peaks (its own, and summed with its worker processes) and whether its outputs equal the first's."""
+    res: dict[str, list] = {name: [] for name, _, _ in settings}
+    digests: dict[str, set] = {name: set() for name, _, _ in settings}
+    for _ in range(repeat):
+        for name, jobs, env in settings:
+            with tempfile.TemporaryFile() as out:
+                dt, peak = cli_once(cmd, run, engine, jobs=jobs, out=out, env=env)
+                out.seek(0)
+                digests[name].add(hashlib.sha256(out.read()).hexdigest())
+            res[name].append((dt, peak, cli_once.tree_peak))
+    first = settings[0][0]
+    base = statistics.median(r[0] for r in res[first])
+    return [{"command": cmd, "setting": name, "jobs": jobs, "seconds": statistics.median(r[0] for r in res[name]),
+             "speedup": base / statistics.median(r[0] for r in res[name]), "runs": [r[0] for r in res[name]],
+             "peak_bytes": max(r[1] for r in res[name]), "tree_peak_bytes": max(r[2] for r in res[name]),
+             "same_output": len(digests[name]) == 1 and digests[name] == digests[first]}
+            for name, jobs, _ in settings]
+
+
+def jobs_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: int, ranks: int,
+               jobs: list[int]) -> dict:
+    """Each command at each ``jobs`` value in turn (:func:`in_turn`)."""
     rows = []
-    for cmd in args.commands.split(","):
-        res: dict[str, list] = {name: [] for name, _, _ in settings}
-        digests: dict[str, set] = {name: set() for name, _, _ in settings}
-        for _ in range(args.repeat):
-            for name, jobs, extra in settings:
-                with tempfile.TemporaryFile() as out:
-                    dt, peak = cli_once(cmd, run, "auto", jobs=jobs, out=out, env={**env, **extra})
-                    out.seek(0)
-                    digests[name].add(hashlib.sha256(out.read()).hexdigest())
-                res[name].append((dt, peak, cli_once.tree_peak))
-        first = settings[0][0]
-        base = statistics.median(r[0] for r in res[first])
-        for name, jobs, _ in settings:
-            secs = statistics.median(r[0] for r in res[name])
-            rows.append({"command": cmd, "setting": name, "jobs": jobs, "events": args.events, "seconds": secs,
-                         "speedup": base / secs, "runs": [r[0] for r in res[name]],
-                         "peak_bytes": max(r[1] for r in res[name]), "tree_peak_bytes": max(r[2] for r in res[name]),
-                         "same_output": len(digests[name]) == 1 and digests[name] == digests[first]})
-    return rows
+    print(f"{'events':>12} {'ranks':>5} {'command':8} {'jobs':>4} {'median s':>9} {'speed-up':>8} {'peak MiB':>9} "
+          f"{'tree MiB':>9}  same output")
+    for n in sizes:
+        run = root / (f"lotus_{n}" + (f"_e{epochs}" if epochs != 1 else "") + (f"_r{ranks}" if ranks != 1 else ""))
+        if not run.exists():
+            _generate(run, n, epochs, ranks)
+        for p in run.iterdir():  # warm the page cache
+            with open(p, "rb") as f:
+                while f.read(1 << 24):
+                    pass
+        for cmd in ("stats", "verdict"):
+            for row in in_turn(cmd, run, engine, [(f"jobs={j}", j, {}) for j in jobs], repeat):
+                rows.append({"events": n, "ranks": ranks, **row})
+                print(f"{n:>12,} {ranks:>5} {cmd:8} {row['jobs']:>4} {row['seconds']:>9.2f} {row['speedup']:>7.2f}x "
+                      f"{row['peak_bytes'] / 2**20:>9.0f} {row['tree_peak_bytes'] / 2**20:>9.0f}  {row['same_output']}")
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[1]:.2f} (5 min)")
+    return {"engine": engine, "rows": rows}
+
+
+def measure(run: Path, args, settings, env) -> list[dict]:
+    settings = [(name, jobs, {**env, **extra}) for name, jobs, extra in settings]
+    return [{**row, "events": args.events} for cmd in args.commands.split(",")
+            for row in in_turn(cmd, run, "auto", settings, args.repeat)]
 
 
 def paper(rows: list[dict], args) -> None:

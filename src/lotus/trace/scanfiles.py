@@ -12,7 +12,6 @@ and the folded batch-level columns (:class:`lotus.trace.batchparts.BatchParts`).
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,13 +173,9 @@ def _file_entry(p: Path, fs, n_events: int, loader_offset: int) -> dict:
         h, defines, clean = read_header(p)[0], {}, False
     else:
         h, defines, clean = fs.consts["header"], fs.consts["defines"], fs.consts["clean"]
-    loaders = {}
-    for (ns, key), chunks in defines.items():
-        if ns == S.NS_LOADER:
-            try:
-                loaders[key + loader_offset] = json.loads(b"".join(chunks).rstrip(b"\0").decode())
-            except ValueError:
-                _log.warning("%s: unreadable description of loader %d", p, key)
+    from lotus.trace.events import loader_descriptions
+
+    loaders = loader_descriptions(defines, loader_offset, p)
     return {"path": str(p), "format": "lotus", "role": h.get("role", "main"), "pid": h.get("pid"),
             "rank": h.get("rank", 0), "worker_id": h.get("worker_id", -1), "events": n_events,
             "clean_close": clean, "loaders": loaders, "world_size": h.get("world_size", 1),
