@@ -91,6 +91,39 @@ EOF
     pack cold
 }
 
+JOB=("$PY" "$REPO/benchmarks/reference_train.py")
+JOB_ARGS=(-a resnet18 -b 128 --bf16 --channels-last --pin-memory --persistent-workers)
+
+phase_truth() {  # the job alone (no lotus) at each CPU count with as many workers: the reference of sens
+    data || return 1
+    mkdir -p "$WORK/truth"
+    for p in ${TRUTH:-1:1 2:2 4:4 8:8 12:12 16:16}; do
+        local c=${p%%:*} w=${p##*:} f=$WORK/truth/c${p%%:*}-w${p##*:}.json
+        [ -f "$f" ] && continue
+        late && { echo "skip truth c$c-w$w: time"; continue; }
+        taskset -c "0-$((c - 1))" "${JOB[@]}" "$DATA" "${JOB_ARGS[@]}" -j "$w" --seconds "$SECS" --json "$f" \
+            > "$f.log" 2>&1
+        echo "truth c$c-w$w $(head -c 300 "$f" 2>/dev/null)"
+    done
+    pack truth
+}
+
+phase_sens() {  # lotus sensitivity with this session's checks, default probes, on the grid of issue 24
+    data || return 1
+    $PY -m lotus sensitivity --cpus-grid "${SENS_GRID:-1,2,4,8,12,16}" --max-seconds "${SENS_MAX_S:-20}" \
+        --out "$WORK/sens" --json -- "${JOB[@]}" "$DATA" "${JOB_ARGS[@]}" -j 4 --seconds 100000 \
+        > "$OUT/sens.json" 2> "$OUT/sens.log"
+    echo "sens rc=$? $(tail -c 300 "$OUT/sens.log")"
+}
+
+phase_tune() {  # lotus tune --only num_workers from -j 2, with every probe checked
+    data || return 1
+    $PY -m lotus tune --only num_workers --max-seconds "${TUNE_MAX_S:-20}" --budget-minutes "${TUNE_MIN:-5}" \
+        --out "$WORK/tune" --json -- "${JOB[@]}" "$DATA" "${JOB_ARGS[@]}" -j 2 --seconds 100000 \
+        > "$OUT/tune.json" 2> "$OUT/tune.log"
+    echo "tune rc=$? $(tail -c 300 "$OUT/tune.log")"
+}
+
 phase_calib() {
     $PY "$REPO/benchmarks/calibration.py" --work "$WORK/calib" --repeats "${CAL_REPEATS:-6}" \
         --seconds "${CAL_SECONDS:-6}" --cpus 0-1 --json "$OUT/calibration_h100_2cpus.json" \

@@ -37,7 +37,7 @@ class Point:
     stopped_by: str | None = None  # measured points: why the probe ended (precision, steps, time; None: job ended)
     note: str | None = None  # measured points: the rate's note (a wide interval, a short window...)
     unsettled: bool = False  # measured at another worker count than the model's, which predicts above the interval
-    how: str = "predicted"  # "measured", "predicted" (the model, checked by every probe) or "interpolated"
+    how: str = "predicted"  # "measured", "predicted" (the model, checked by every probe), "interpolated", "unknown"
     pi95: list[float] | None = None  # predicted/interpolated points: the range the value is known to lie in
 
 
@@ -239,6 +239,35 @@ def demand(matrix: list[Point], target: float) -> dict | None:
             "measured": p.measured, "num_workers": p.num_workers, "ci95": p.ci95, "how": p.how, "pi95": p.pi95}
 
 
+def _range(p: Point) -> tuple[float, float]:
+    r = p.ci95 or p.pi95
+    return (r[0], r[1]) if r else (p.samples_per_s, p.samples_per_s)
+
+
+def demand_doubt(matrix: list[Point], dem: dict | None, target: float) -> str | None:
+    """'cannot tell ...' when the intervals leave the demand open: a point of fewer CPUs (same cache) whose
+    interval reaches ``target`` of the best's lower bound, or a demand point whose interval's lower end falls
+    below ``target`` of the best's upper end; None when the intervals settle it."""
+    if not dem:
+        return None
+    rated = [p for p in matrix if p.samples_per_s]
+    best = max(rated, key=lambda q: q.samples_per_s)
+    at = next((p for p in rated if (p.cpus, p.cache_gb) == (dem["cpus"], dem["cache_gb"])), None)
+    if at is None:
+        return None
+    fewer = [p for p in rated if p.cache_gb == at.cache_gb and p.cpus < at.cpus
+             and _range(p)[1] >= target * _range(best)[0]]
+    if fewer:
+        q = min(fewer, key=lambda x: x.cpus)
+        return (f"cannot tell whether {q.cpus} CPUs already reach {target:.0%} of the best: its interval reaches "
+                f"it ({_range(q)[0]:,.0f}-{_range(q)[1]:,.0f} samples/s); measure longer to settle the demand")
+    if at is not best and _range(at)[0] < target * _range(best)[1]:
+        return (f"cannot tell whether {at.cpus} CPUs reach {target:.0%} of the best: the intervals overlap "
+                f"({_range(at)[0]:,.0f}-{_range(at)[1]:,.0f} against the best's {_range(best)[0]:,.0f}-"
+                f"{_range(best)[1]:,.0f}); the demand may be more")
+    return None
+
+
 def next_point(matrix: list[Point], dem: dict) -> tuple[Point | None, str]:
     """The point to probe next: the demand point, then the best point it is measured against (an unsettled
     point counts with the model's prediction), when unmeasured or unsettled; (None, "") when both are measured."""
@@ -258,4 +287,5 @@ def next_point(matrix: list[Point], dem: dict) -> tuple[Point | None, str]:
 
 
 __all__ = ["FILES_UNKNOWN", "Point", "apply_measured", "best_workers", "bisect_next", "check_grids", "cpu_grid",
-           "default_workers", "demand", "hit_rate", "interpolate", "monotone", "next_point", "predict", "with_interval"]
+           "default_workers", "demand", "demand_doubt", "hit_rate", "interpolate", "monotone", "next_point", "predict",
+           "with_interval"]

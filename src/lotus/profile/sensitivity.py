@@ -185,7 +185,7 @@ class _Search:
         self.variants = _variants(bps)
         self.hits, self.dataset_bytes = hits, dataset_bytes
         self.probes: list = []  # lotus.model.check.Probe, in the order they ran
-        self.model, self.check = None, None
+        self.model, self.check, self.unfit = None, None, None
 
     def rate(self, model, key) -> float | None:
         cpus, gb, workers = key
@@ -213,7 +213,13 @@ class _Search:
         from lotus.model.check import choose_variant
 
         name, self.check = choose_variant(self.probes, self.variants, self.rate)
-        self.model = self.variants[name]([p.run for p in self.probes])
+        try:
+            self.model = self.variants[name]([p.run for p in self.probes])
+            self.unfit = None
+        except Exception as exc:  # a model that cannot be fitted: measured points only, said plainly
+            _log.warning("the model could not be fitted: %s", exc)
+            self.model, self.unfit = None, str(exc) or type(exc).__name__
+            self.check.holds = False
 
 
 def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600, cpus_grid: list[int] | None = None,
@@ -317,7 +323,11 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
             break
     chk = search.check
     profile.model_check = chk.to_dict() if chk is not None else None
-    profile.notes += [stop, *(chk.notes if chk is not None else []), *order_notes]
+    if search.unfit is not None:
+        profile.notes.append(f"the model could not be fitted ({search.unfit}): measured points only, the others "
+                             "interpolated between measured CPU counts or unknown")
+    doubt = mx.demand_doubt(profile.matrix, profile.demand, target)
+    profile.notes += [stop, *(chk.notes if chk is not None else []), *order_notes, *([doubt] if doubt else [])]
     if chk is not None and chk.holds is False:
         left = [p for p in profile.matrix if p.how == "predicted"]
         if left:
@@ -336,7 +346,12 @@ def _matrix(search: _Search, grid, profile: Profile, hits, failed, measured, chk
     """The matrix: measured points as measured, the rest predicted by the model chosen by cross-validation
     (with its prediction interval) or, where the model does not hold, interpolated between measured CPU
     counts."""
-    matrix = mx.predict(search.model, grid, profile.cache_grid_gb, hits, profile.dataset_bytes, exclude=failed)
+    if search.model is None:  # no model: every point unmeasured until measured (or interpolated)
+        matrix = [mx.Point(cpus=c, cache_gb=gb, samples_per_s=None, measured=False, how="unknown",
+                           num_workers=mx.default_workers(c), model_num_workers=mx.default_workers(c))
+                  for gb in (profile.cache_grid_gb or [0.0]) for c in grid]
+    else:
+        matrix = mx.predict(search.model, grid, profile.cache_grid_gb, hits, profile.dataset_bytes, exclude=failed)
     mx.apply_measured(matrix, measured)
     if chk is not None and chk.holds is False:
         mx.interpolate(matrix)
