@@ -111,3 +111,20 @@ def test_a_demand_the_intervals_leave_open_says_cannot_tell():
     assert "cannot tell whether 2 CPUs already reach 95%" in demand_doubt(m, d, 0.95)
     m[1].ci95 = [88, 92]  # settled
     assert demand_doubt(m, demand(m, 0.95), 0.95) is None
+
+
+def test_interpolation_keeps_the_models_shape_at_the_measurements_level():
+    from lotus.profile.matrix import Point, interpolate
+
+    # the GPU host's 4/8/12/16 CPUs: measured 864 and 2,456, the model 875/1,526/1,989/2,355
+    m = [Point(4, 0, 864, True, predicted_samples_per_s=875, how="measured", ci95=[747, 981]),
+         Point(8, 0, 1526, False, predicted_samples_per_s=1526),
+         Point(12, 0, 1989, False, predicted_samples_per_s=1989),
+         Point(16, 0, 2456, True, predicted_samples_per_s=2355, how="measured", ci95=[2288, 2624])]
+    assert interpolate(m) == 2
+    assert m[1].samples_per_s == pytest.approx(1526 * (864 / 875 + (2456 / 2355 - 864 / 875) / 3))
+    assert m[1].how == m[2].how == "interpolated" and m[1].pi95 == [747, 2624]
+    # without predictions: the straight line
+    m = [Point(1, 0, 100, True, how="measured"), Point(2, 0, None, False), Point(3, 0, 300, True, how="measured")]
+    interpolate(m)
+    assert m[1].samples_per_s == pytest.approx(200)

@@ -253,10 +253,10 @@ def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int)
     k = len(re)
     if k >= 2:
         parts_v.append((k * float(np.var(re, ddof=1)), k - 1))
-    elif k == 1:
+    elif k == 1:  # an assumed spread, not one estimated from a single restart: the blocks' dof
         gap_s = float(e_re[0][1][0])
         rel = math.sqrt(max(v_in, 0.0) / m) / (rate * total_d / m) if rate and total_d > 0 else 0.0
-        parts_v.append(((max(rel, 0.2) * rate * gap_s) ** 2, 1))
+        parts_v.append(((max(rel, 0.2) * rate * gap_s) ** 2, m - 1))
     if k:
         in_s = sum(float(x[1].sum()) for x in e_in)
         pace = sum(float(x[2].sum()) for x in e_in) / in_s if in_s > 0 else rate  # samples/s inside epochs
@@ -268,7 +268,7 @@ def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int)
         wander = 2 * float(np.std(cyc, ddof=1)) * math.sqrt(k) / cyc.mean() if len(cyc) >= 2 else 1.0
         spread = min(1.0, max(PHASE_FLOOR, wander ** 2))
         if excess > 0:
-            parts_v.append((spread * (rate * excess) ** 2 / 6.0, max(k - 1, 1)))
+            parts_v.append((spread * (rate * excess) ** 2 / 6.0, k - 1 if k >= 2 else m - 1))
     v = sum(x for x, _ in parts_v)
     den = sum(x ** 2 / f for x, f in parts_v if f > 0 and x > 0)
     dof = v ** 2 / den if den > 0 else m - 1
