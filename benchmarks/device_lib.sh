@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the GPU-host scripts (device_validation.sh, device_answers.sh): source it after setting REPO and
 # DATA. Installs the wheels the host lacks from .whl/ (once), puts lotus on PYTHONPATH, and defines
 # `data` (the generated JPEG dataset in $DATA, ${DATA_IMAGES:-$1} images, made once).
