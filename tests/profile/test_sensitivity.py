@@ -37,7 +37,7 @@ def test_cpu_grid_and_demand():
     m = [Point(c, g, s, False) for c, g, s in [(1, 0, 50), (2, 0, 90), (4, 0, 100), (1, 8, 60), (2, 8, 96),
                                                (4, 8, 100)]]
     assert _demand(m, 0.95) == {"cpus": 2, "cache_gb": 8, "samples_per_s": 96, "best_samples_per_s": 100,
-                                "measured": False, "num_workers": None, "ci95": None}
+                                "share_of_best": 0.96, "measured": False, "num_workers": None, "ci95": None}
     assert _demand(m, 0.5)["cpus"] == 1 and _demand(m, 0.5)["cache_gb"] == 0
     assert _demand([Point(1, 0, None, False)], 0.95) is None
 

@@ -64,7 +64,9 @@ class Profile:
         return {"command": self.command, "cpus_grid": self.cpus_grid, "cache_grid_gb": self.cache_grid_gb,
                 "dataset_bytes": self.dataset_bytes, "target": self.target,
                 "matrix": [vars(p) for p in self.matrix], "demand": self.demand, "probes": self.probes,
-                "notes": self.notes, "seconds": self.seconds, "full_sweep_estimate_s": self.full_sweep_estimate_s}
+                "notes": self.notes, "seconds": self.seconds, "full_sweep_estimate_s": self.full_sweep_estimate_s,
+                "share_of_full_sweep": self.seconds / self.full_sweep_estimate_s if self.full_sweep_estimate_s
+                else None}
 
 
 def _cpu_set(allowed: list[int], n: int) -> list[int]:
@@ -184,8 +186,7 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
             failed.setdefault(cpus, set()).add(p["num_workers"])
             profile.notes.append(f"probe {name} failed: {_failure(p)}; the search goes on without it")
     dataset_gb = (profile.dataset_bytes or 0) / GB
-    profile.cache_grid_gb = cache_grid_gb or ([round(dataset_gb * f, 3) for f in (0, 0.25, 0.5, 0.75, 1.0)]
-                                              if profile.dataset_bytes else [])
+    profile.cache_grid_gb = cache_grid_gb or (mx.cache_grid(dataset_gb) if profile.dataset_bytes else [])
     measured: dict[tuple[int, float], list[dict]] = {}
     top_gb = profile.cache_grid_gb[-1] if profile.cache_grid_gb else 0.0
     for p in prober.log:
