@@ -203,3 +203,11 @@ def test_each_page_cache_size_is_profiled_once():
 
     assert cache_grid(1_481_524 / 1e9) == [0.0, 0.001]
     assert cache_grid(64.0) == [0.0, 16.0, 32.0, 48.0, 64.0]
+
+
+def test_the_files_of_a_run_are_not_copied_by_every_dataframe_operation(tmp_path):
+    """pandas deep-copies attrs on every operation: a run of 401 files (8 workers x 50 epochs) took 3.4 s
+    for `lotus report --no-figures`, 0.6 s once the file list is shared."""
+    cfg = load_config(write_shape(tmp_path / "run", Shape(epochs=(2, 2))), engine="memory")
+    files = cfg.events.attrs["files"]
+    assert len(files) == 5 and cfg.events.iloc[:3].copy().attrs["files"] is files
