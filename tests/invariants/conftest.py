@@ -17,7 +17,8 @@ DEMO = Path(__file__).resolve().parent / "data" / "demo-run"
 
 
 def _damaged(reference: Path, synth: Path, root: Path) -> dict[str, Path]:
-    """The damaged traces of tests/cli/test_bad_input.py, made the same way."""
+    """The damaged traces of tests/cli/test_bad_input.py, made the same way (and a missing and an empty
+    directory: every command answers with one line and exit 1)."""
     out = {}
     d = out["workers-only"] = root / "workers-only"
     d.mkdir()
@@ -35,6 +36,9 @@ def _damaged(reference: Path, synth: Path, root: Path) -> dict[str, Path]:
     worker = sorted(d.glob("*-w0-*"))[0]
     worker.write_bytes(worker.read_bytes()[:-48] + b"\x01\x02\x03")
     (d / "lotus-r0-w7-p99.lotustrace").write_bytes(b"garbage")
+    out["missing"] = root / "no-such-run"
+    out["empty"] = root / "empty"
+    out["empty"].mkdir()
     d = out["runs-with-a-broken-one"] = root / "runs-with-a-broken-one"
     shutil.copytree(synth, d / "good")
     (d / "broken").mkdir()

@@ -11,7 +11,7 @@ from tests.invariants.commands import check_run, compare_engines, engine
 CORPUS = ["synth-native", "synth-original", "synth-epochs", "straggler", "ddp", "real-dataloader", "outcomes",
           "outcomes-legacy", "demo", "lotus-2023", "b128_gpu4", "gpu", "compacted",
           "packed", "iterable-end", "workers-only", "truncated-line", "bad-fields", "torn-record",
-          "runs-with-a-broken-one"]
+          "runs-with-a-broken-one", "missing", "empty"]
 
 
 # diff: each run against another of its kind
@@ -20,7 +20,8 @@ DIFF = {"synth-native": "straggler", "synth-epochs": "ddp", "outcomes": "synth-n
 
 
 # original LotusTrace logs: read in memory whatever the engine (lotus.analysis.runs._engine_for)
-ORIGINAL = {"synth-original", "lotus-2023", "b128_gpu4", "workers-only", "truncated-line", "bad-fields"}
+ORIGINAL = {"synth-original", "lotus-2023", "b128_gpu4", "workers-only", "truncated-line", "bad-fields", "missing",
+            "empty"}
 
 
 @pytest.mark.parametrize("name", CORPUS)
