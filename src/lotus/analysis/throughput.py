@@ -46,6 +46,14 @@ def ramp_batches(desc: dict | None) -> int:
     return max(w * pf, 1)
 
 
+def ramp_reason(desc: dict | None) -> str:
+    """Why the ramp is that long, in words: '4 workers x prefetch 2', 'no workers: the first batch'."""
+    w, pf = (desc or {}).get("num_workers"), (desc or {}).get("prefetch_factor")
+    if isinstance(w, int) and w > 0:
+        return f"{w} workers x prefetch {pf or 2}"
+    return "no workers: the first batch" if w == 0 else "loader settings unknown: the first batch"
+
+
 def _workers(desc: dict | None) -> int:
     w = (desc or {}).get("num_workers")
     return w if isinstance(w, int) and w > 0 else 0
@@ -119,6 +127,8 @@ def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = Fa
             "steady_batches": sum(r.batches for r, _, _ in mine),
             "window_s": max((r.window_s for r, _, _ in mine), default=0.0),
             "left_out": {"ramp_batches": sum(r.ramp_batches for r, _, _ in mine),
+                         "ramp": ramp_reason(next((d for (_r, lid), d in sorted((loaders or {}).items())
+                                                   if lid == main), None)),
                          "startup_batches": sum(r.startup_batches for r, _, _ in mine)},
             "window_wait_share": _mean([r.extra.get("wait_share") for r, _, _ in mine]),
             "run_spread": mine[0][0].run_rel_sd,

@@ -41,6 +41,12 @@ class Point:
     pi95: list[float] | None = None  # predicted/interpolated points: the range the value is known to lie in
 
 
+def cache_grid(dataset_gb: float) -> list[float]:
+    """Page-cache sizes (GB) to profile: 0, 25, 50, 75 and 100% of the dataset, to the MB, each once (a dataset
+    of a few MB would repeat sizes: each repeated cell of the matrix was measured and printed again)."""
+    return sorted({round(dataset_gb * f, 3) for f in (0, 0.25, 0.5, 0.75, 1.0)})
+
+
 def cpu_grid(allowed: list[int]) -> list[int]:
     """1, 2, 4, 8... up to the number of CPUs this process may use (and that number)."""
     n = len(allowed)
@@ -247,7 +253,8 @@ def demand(matrix: list[Point], target: float) -> dict | None:
     ok = [p for p in rated if p.samples_per_s >= target * best]
     p = min(ok, key=lambda q: (q.cpus, q.cache_gb))
     return {"cpus": p.cpus, "cache_gb": p.cache_gb, "samples_per_s": p.samples_per_s, "best_samples_per_s": best,
-            "measured": p.measured, "num_workers": p.num_workers, "ci95": p.ci95, "how": p.how, "pi95": p.pi95}
+            "share_of_best": p.samples_per_s / best, "measured": p.measured, "num_workers": p.num_workers,
+            "ci95": p.ci95, "how": p.how, "pi95": p.pi95}
 
 
 def _range(p: Point) -> tuple[float, float]:
@@ -297,6 +304,6 @@ def next_point(matrix: list[Point], dem: dict) -> tuple[Point | None, str]:
     return None, ""
 
 
-__all__ = ["FILES_UNKNOWN", "Point", "apply_measured", "best_workers", "bisect_next", "check_grids", "cpu_grid",
-           "default_workers", "demand", "demand_doubt", "hit_rate", "interpolate", "monotone", "next_point", "predict",
-           "with_interval"]
+__all__ = ["FILES_UNKNOWN", "Point", "apply_measured", "best_workers", "bisect_next", "cache_grid", "check_grids",
+           "cpu_grid", "default_workers", "demand", "demand_doubt", "hit_rate", "interpolate", "monotone", "next_point",
+           "predict", "with_interval"]

@@ -66,7 +66,9 @@ class Profile:
                 "dataset_bytes": self.dataset_bytes, "target": self.target,
                 "matrix": [vars(p) for p in self.matrix], "demand": self.demand, "probes": self.probes,
                 "notes": self.notes, "seconds": self.seconds, "full_sweep_estimate_s": self.full_sweep_estimate_s,
-                "model_check": self.model_check}
+                "model_check": self.model_check,
+                "share_of_full_sweep": self.seconds / self.full_sweep_estimate_s if self.full_sweep_estimate_s
+                else None}
 
 
 def _cpu_set(allowed: list[int], n: int) -> list[int]:
@@ -251,8 +253,7 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
         profile.notes.append("the dataset's files are unknown: memory is not profiled (CPUs only) and every probe "
                              "ran with the page cache as found")
     dataset_gb = (profile.dataset_bytes or 0) / GB
-    profile.cache_grid_gb = cache_grid_gb or ([round(dataset_gb * f, 3) for f in (0, 0.25, 0.5, 0.75, 1.0)]
-                                              if profile.dataset_bytes else [])
+    profile.cache_grid_gb = cache_grid_gb or (mx.cache_grid(dataset_gb) if profile.dataset_bytes else [])
     top_gb = profile.cache_grid_gb[-1] if profile.cache_grid_gb else 0.0
     first_run = load_run(first["trace_dir"])
     hits = _hit_rates(first_run, profile.dataset_bytes)

@@ -34,7 +34,7 @@ import numpy as np
 
 from lotus.errors import InputError
 from lotus.trace import schema as S
-from lotus.trace.discover import Run, find_run
+from lotus.trace.discover import FileList, Run, find_run
 from lotus.trace.native import read_header
 from lotus.trace.original import PLACEHOLDER_WAIT_NS, read_original_log, release_freed_memory
 from lotus.trace.packed import expand_main_batches
@@ -342,7 +342,7 @@ def events_of_run(run: Run, *, sort: bool = False):
     df = pd.DataFrame(columns, copy=False)
     df.attrs["run"] = run.name
     df.attrs["path"] = str(run.path)
-    df.attrs["files"] = acc.files
+    df.attrs["files"] = FileList(acc.files)  # shared by the frames made from it
     return df
 
 

@@ -41,7 +41,7 @@ import numpy as np
 from lotus.errors import InputError
 from lotus.trace import schema as S
 from lotus.trace.batchparts import BatchParts, SparseBatchIds
-from lotus.trace.discover import Run
+from lotus.trace.discover import FileList, Run
 from lotus.trace.moments import _epoch_sums, _Moments
 from lotus.trace.native import read_header
 from lotus.trace.opengine import OP_BUILTINS, OpEngine
@@ -315,5 +315,5 @@ def _frame(acc, run: Run):
     df = pd.DataFrame(columns, copy=False)
     df.attrs["run"] = run.name
     df.attrs["path"] = str(run.path)
-    df.attrs["files"] = acc.files
+    df.attrs["files"] = FileList(acc.files)  # shared by the frames made from it
     return df

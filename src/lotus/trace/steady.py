@@ -278,7 +278,12 @@ def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int)
 def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=None, epochs=None) -> SteadyRate:
     """The steady-state rate of sorted hand-off times ``t_ns`` (ns) carrying ``samples`` each (default 1:
     a rate of batches); ``ramp`` batches left out at the start (of each segment, with ``segments``)."""
-    t_all = np.asarray(t_ns, dtype=np.float64)
+    t_all = np.asarray(t_ns)
+    # from the first hand-off, in integer ns first: wall-clock ns in float64 are 256 ns apart (a window's
+    # seconds were off by up to half a microsecond: the loop "waited 100.002% of the window")
+    if t_all.dtype.kind in "iu" and len(t_all):
+        t_all = t_all - t_all[0]
+    t_all = t_all.astype(np.float64)
     n_all = np.ones(len(t_all)) if samples is None else np.nan_to_num(np.asarray(samples, dtype=np.float64))
     seg = np.zeros(len(t_all), dtype=np.int64) if segments is None else np.asarray(segments)
     round_len = max(int(workers), 1)
