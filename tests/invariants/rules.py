@@ -48,7 +48,9 @@ class Violation:
 SIGNED = {
     "change": "B - A (diff)", "change_ms": "B - A (diff)", "change_pct": "B - A (diff)",
     "median_change_ms": "B - A (diff)", "prep_change_ms": "B - A (diff)", "wait_change_ms": "B - A (diff)",
-    "error": "the model's relative error", "worker_id": "-1: the main process (num_workers=0)",
+    "error": "the model's relative error", "error_before": "the model's relative error (lotus.model.check)",
+    "loo_error": "the model's relative error (leave one probe out)", "model_error": "the model's relative error",
+    "worker_id": "-1: the main process (num_workers=0)",
     "dispatch_worker": "-1: the main process", "worker_a": "-1: the main process",
     "worker_b": "-1: the main process", "worker": "-1: the main process", "exit_code": "a signal: < 0",
 }

@@ -38,7 +38,7 @@ def test_cpu_grid_and_demand():
                                                (4, 8, 100)]]
     assert _demand(m, 0.95) == {"cpus": 2, "cache_gb": 8, "samples_per_s": 96, "best_samples_per_s": 100,
                                 "share_of_best": 0.96, "measured": False, "num_workers": None, "ci95": None,
-                                "how": "predicted", "pi95": None}
+                                "how": "predicted", "pi95": None, "note": None}
     assert _demand(m, 0.5)["cpus"] == 1 and _demand(m, 0.5)["cache_gb"] == 0
     assert _demand([Point(1, 0, None, False)], 0.95) is None
 

@@ -111,6 +111,9 @@ def test_a_demand_the_intervals_leave_open_says_cannot_tell():
     assert "cannot tell whether 2 CPUs already reach 95%" in demand_doubt(m, d, 0.95)
     m[1].ci95 = [88, 92]  # settled
     assert demand_doubt(m, demand(m, 0.95), 0.95) is None
+    # a demand point measured without an interval carries its note (the invariants harness found it bare)
+    m[2].ci95, m[2].note = None, "40 batches after the ramp: too few for an interval"
+    assert demand(m, 0.95)["note"] == m[2].note
 
 
 def test_interpolation_keeps_the_models_shape_at_the_measurements_level():

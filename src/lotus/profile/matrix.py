@@ -254,7 +254,7 @@ def demand(matrix: list[Point], target: float) -> dict | None:
     p = min(ok, key=lambda q: (q.cpus, q.cache_gb))
     return {"cpus": p.cpus, "cache_gb": p.cache_gb, "samples_per_s": p.samples_per_s, "best_samples_per_s": best,
             "share_of_best": p.samples_per_s / best, "measured": p.measured, "num_workers": p.num_workers,
-            "ci95": p.ci95, "how": p.how, "pi95": p.pi95}
+            "ci95": p.ci95, "how": p.how, "pi95": p.pi95, "note": p.note}
 
 
 def _range(p: Point) -> tuple[float, float]:

@@ -207,7 +207,7 @@ class _Search:
         from lotus.model.check import Probe
 
         self.probes.append(Probe(probe["name"], run, probe["samples_per_s"], probe.get("ci95"), key,
-                                 predicted_before))
+                                 predicted_before, probe.get("note")))
         probe["predicted_before"] = predicted_before
         self.refit()
 
