@@ -98,6 +98,14 @@ def reanalyse(doc: dict) -> dict:
     return doc
 
 
+def _own(run_dir) -> dict | None:
+    """The job's own clock of a recorded run (``own.json`` in or beside it), if any."""
+    for f in (Path(run_dir) / "own.json", Path(str(run_dir) + ".own.json")):
+        if f.exists():
+            return json.loads(f.read_text())
+    return None
+
+
 def score(docs: list[dict]) -> dict:
     """Coverage, width ratio and bias of one job's repeats."""
     ok = [d for d in docs if d.get("lotus") and d["lotus"].get("samples_per_s")]
@@ -143,10 +151,21 @@ def main(argv=None) -> int:
     p.add_argument("--max-seconds", type=float, default=90.0, help="probe mode: the time cap")
     p.add_argument("--analyse-only", action="store_true", help="run nothing: re-read the recorded traces")
     p.add_argument("--cpus", default=None, help="pin every job to these CPUs (e.g. 0-1: this 2-core VM's size)")
+    p.add_argument("--score-traces", nargs="+", default=None, metavar="RUN_DIR",
+                   help="run nothing: score these recorded runs as repeats of one configuration")
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
     from lotus.launch.options import parse_cpus
 
+    if a.score_traces:
+        from lotus.analysis.throughput import summarize_run
+
+        docs_ = [{"lotus": summarize_run(d), "own": _own(d)} for d in a.score_traces]
+        sc = score(docs_)
+        print(json.dumps({k: v for k, v in sc.items() if k not in ("stopped_by", "wall_s")}, indent=1))
+        if a.json:
+            a.json.write_text(json.dumps({"traces": a.score_traces, "score": sc}, indent=1, default=str))
+        return 0
     a.cpu_list = parse_cpus(a.cpus) if a.cpus else None
     jobs = [j for j in a.jobs.split(",") if j]
     bad = [j for j in jobs if j not in JOBS]

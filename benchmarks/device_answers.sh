@@ -18,29 +18,11 @@ WORK=${WORK:-/tmp/lotus-answers}
 DATA=$WORK/jpegs
 SECS=${SECONDS_STEADY:-15}
 mkdir -p "$WORK" "$OUT"
-if ls "$REPO"/.whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/click ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        "$REPO"/.whl/*.whl || exit 1
-fi
-export PYTHONPATH=$REPO/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONUNBUFFERED=1
-PY=python3
+# shellcheck source=benchmarks/device_lib.sh
+. "$REPO/benchmarks/device_lib.sh"
 T0=$(date +%s)
 LIMIT=${LIMIT_S:-560}  # stop starting runs after this many seconds (a command has 600)
 
-data() {
-    [ -f "$DATA/.done" ] && return 0
-    $PY - "$DATA" "${DATA_IMAGES:-8192}" <<'EOF' || return 1
-import sys, time
-from pathlib import Path
-from lotus.demo.dataset import DatasetSpec, generate_image_folder
-t = time.time()
-n = int(sys.argv[2])
-generate_image_folder(Path(sys.argv[1]), DatasetSpec(images=n), workers=16)
-Path(sys.argv[1], ".done").write_text(f"{n}\n")
-print(f"generated {n} JPEGs in {time.time() - t:.0f} s")
-EOF
-}
 
 late() { [ $(( $(date +%s) - T0 )) -ge "$LIMIT" ]; }
 
@@ -50,7 +32,8 @@ one() {  # one traced run: phase cpus workers name [extra env]
     [ -f "$dir/own.json" ] && return 0
     late && { echo "skip $phase/$name: time"; return 0; }
     mkdir -p "$WORK/$phase"
-    local t=$(date +%s.%N)
+    local t
+    t=$(date +%s.%N)
     $PY -m lotus run --cpus "0-$((c - 1))" -o "$dir" --no-verdict -- \
         $PY "$REPO/benchmarks/reference_train.py" "$DATA" -a resnet18 -b 128 -j "$w" --bf16 --channels-last \
         --pin-memory --persistent-workers --seconds "$SECS" --json "$dir.own.json" > "$dir.log" 2>&1
@@ -62,7 +45,7 @@ one() {  # one traced run: phase cpus workers name [extra env]
 pack() { tar -czf "$OUT/$1.tgz" -C "$WORK" "$1" 2>/dev/null; }
 
 phase_grid() {
-    data || return 1
+    data 8192 || return 1
     for p in ${GRID:-1:0 1:1 2:2 4:4 8:8 16:16 2:1 4:3 8:7 12:12 16:15}; do
         one grid "${p%%:*}" "${p##*:}" "c${p%%:*}-w${p##*:}"
         pack grid
@@ -70,7 +53,7 @@ phase_grid() {
 }
 
 phase_repeats() {
-    data || return 1
+    data 8192 || return 1
     for k in $(seq 1 "${REPEATS:-5}"); do
         one repeats 16 16 "c16-w16-r$k"
         pack repeats
@@ -78,7 +61,7 @@ phase_repeats() {
 }
 
 phase_cold() {
-    data || return 1
+    data 8192 || return 1
     $PY - "$DATA" <<'EOF'
 import sys
 from pathlib import Path
@@ -89,6 +72,39 @@ print(f"evicted {len(files)} files")
 EOF
     one cold 16 15 c16-w15-cold
     pack cold
+}
+
+JOB=("$PY" "$REPO/benchmarks/reference_train.py")
+JOB_ARGS=(-a resnet18 -b 128 --bf16 --channels-last --pin-memory --persistent-workers)
+
+phase_truth() {  # the job alone (no lotus) at each CPU count with as many workers: the reference of sens
+    data 8192 || return 1
+    mkdir -p "$WORK/truth"
+    for p in ${TRUTH:-1:1 2:2 4:4 8:8 12:12 16:16}; do
+        local c=${p%%:*} w=${p##*:} f=$WORK/truth/c${p%%:*}-w${p##*:}.json
+        [ -f "$f" ] && continue
+        late && { echo "skip truth c$c-w$w: time"; continue; }
+        taskset -c "0-$((c - 1))" "${JOB[@]}" "$DATA" "${JOB_ARGS[@]}" -j "$w" --seconds "$SECS" --json "$f" \
+            > "$f.log" 2>&1
+        echo "truth c$c-w$w $(head -c 300 "$f" 2>/dev/null)"
+    done
+    pack truth
+}
+
+phase_sens() {  # lotus sensitivity with this session's checks, default probes, on the grid of issue 24
+    data 8192 || return 1
+    $PY -m lotus sensitivity --cpus-grid "${SENS_GRID:-1,2,4,8,12,16}" --max-seconds "${SENS_MAX_S:-20}" \
+        --out "$WORK/sens" --json -- "${JOB[@]}" "$DATA" "${JOB_ARGS[@]}" -j 4 --seconds 100000 \
+        > "$OUT/sens.json" 2> "$OUT/sens.log"
+    echo "sens rc=$? $(tail -c 300 "$OUT/sens.log")"
+}
+
+phase_tune() {  # lotus tune --only num_workers from -j 2, with every probe checked
+    data 8192 || return 1
+    $PY -m lotus tune --only num_workers --max-seconds "${TUNE_MAX_S:-20}" --budget-minutes "${TUNE_MIN:-5}" \
+        --out "$WORK/tune" --json -- "${JOB[@]}" "$DATA" "${JOB_ARGS[@]}" -j 2 --seconds 100000 \
+        > "$OUT/tune.json" 2> "$OUT/tune.log"
+    echo "tune rc=$? $(tail -c 300 "$OUT/tune.log")"
 }
 
 phase_calib() {

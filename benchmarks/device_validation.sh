@@ -18,30 +18,12 @@ WORK=${WORK:-/tmp/lotus-validation}
 DATA=$WORK/jpegs
 RES=$WORK/results
 mkdir -p "$RES" "$OUT"
-if ls "$REPO"/.whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/click ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        "$REPO"/.whl/*.whl || exit 1
-fi
-export PYTHONPATH=$REPO/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONUNBUFFERED=1
-PY=python3
+# shellcheck source=benchmarks/device_lib.sh
+. "$REPO/benchmarks/device_lib.sh"
 TRAIN=("$PY" "$REPO/examples/train_imagenet.py" "$DATA" --epochs 1000 --print-freq 0)
 
 pack() { tar -czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
 
-data() {
-    [ -f "$DATA/.done" ] && return 0
-    $PY - "$DATA" "${DATA_IMAGES:-6000}" <<'EOF' || return 1
-import sys, time
-from pathlib import Path
-from lotus.demo.dataset import DatasetSpec, generate_image_folder
-t = time.time()
-n = int(sys.argv[2])
-generate_image_folder(Path(sys.argv[1]), DatasetSpec(images=n), workers=16)
-Path(sys.argv[1], ".done").write_text(f"{n}\n")
-print(f"generated {n} JPEGs in {time.time() - t:.0f} s")
-EOF
-}
 
 phase_power() {
     $PY "$REPO/benchmarks/power_validation.py" --out "$RES/power" --workdir "$WORK/power" \

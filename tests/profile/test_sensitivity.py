@@ -37,7 +37,8 @@ def test_cpu_grid_and_demand():
     m = [Point(c, g, s, False) for c, g, s in [(1, 0, 50), (2, 0, 90), (4, 0, 100), (1, 8, 60), (2, 8, 96),
                                                (4, 8, 100)]]
     assert _demand(m, 0.95) == {"cpus": 2, "cache_gb": 8, "samples_per_s": 96, "best_samples_per_s": 100,
-                                "measured": False, "num_workers": None, "ci95": None, "how": "predicted", "pi95": None}
+                                "share_of_best": 0.96, "measured": False, "num_workers": None, "ci95": None,
+                                "how": "predicted", "pi95": None, "note": None}
     assert _demand(m, 0.5)["cpus"] == 1 and _demand(m, 0.5)["cache_gb"] == 0
     assert _demand([Point(1, 0, None, False)], 0.95) is None
 
@@ -162,7 +163,9 @@ def test_profile_measures_few_predicts_all_and_resumes(tmp_path, image_folder):
     cmd = [sys.executable, JOB, str(image_folder), "--step-ms", "2"]
     p = sensitivity(cmd, tmp_path / "s", steps=12, cpus_grid=[1, 2], max_probes=5)
     assert p.dataset_bytes and p.dataset_bytes > 0
-    assert len(p.matrix) == 2 * 5 and {q.cpus for q in p.matrix} == {1, 2}
+    # 0, 25, 50, 75, 100% of a few MB of JPEGs, to the MB: each size once (matrix.cache_grid)
+    assert len(set(p.cache_grid_gb)) == len(p.cache_grid_gb) >= 3
+    assert len(p.matrix) == 2 * len(p.cache_grid_gb) and {q.cpus for q in p.matrix} == {1, 2}
     measured = [q for q in p.matrix if q.measured]
     assert 2 <= len(measured) <= 5 < len(p.matrix)  # most of the matrix is predicted (a probe at another
     # worker count than the model's best for its CPUs is no point of the matrix when the model predicts above it)

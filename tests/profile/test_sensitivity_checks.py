@@ -80,3 +80,54 @@ def test_a_model_that_holds_predicts_with_an_interval_from_its_probes(tmp_path):
     assert errs and mc["prediction_interval"] == pytest.approx(max(*errs, 0.02))
     predicted = [q for q in p.matrix if q.how == "predicted"]
     assert predicted and all(q.pi95 and q.pi95[0] <= q.samples_per_s <= q.pi95[1] for q in predicted)
+
+
+class NoWorkerFiles(SyntheticJob):
+    """Traces whose workers' files are lost: rates from the main process, nothing to fit a model on."""
+
+    def __call__(self, command, options):
+        probe = super().__call__(command, options)
+        for f in list(options.trace_dir.glob("lotus-r0-w*")):
+            f.unlink()
+        return probe
+
+
+def test_a_model_that_cannot_be_fitted_leaves_measured_points_only_and_says_so(tmp_path):
+    p = sensitivity(["job"], tmp_path / "s", cpus_grid=GRID, max_probes=4, launcher=NoWorkerFiles(0.0))
+    assert any("the model could not be fitted" in n for n in p.notes)
+    assert {q.how for q in p.matrix} <= {"measured", "interpolated", "unknown"}
+    assert all(q.samples_per_s is None for q in p.matrix if q.how == "unknown")
+    assert sum(q.how == "measured" for q in p.matrix) == len(p.probes) == 4
+    assert p.demand is not None and p.demand["how"] in ("measured", "interpolated")
+
+
+def test_a_demand_the_intervals_leave_open_says_cannot_tell():
+    from lotus.profile.matrix import Point, demand, demand_doubt
+
+    m = [Point(1, 0, 50, True, ci95=[45, 55], how="measured"), Point(2, 0, 90, True, ci95=[60, 120], how="measured"),
+         Point(4, 0, 100, True, ci95=[98, 102], how="measured")]
+    d = demand(m, 0.95)
+    assert d["cpus"] == 4
+    assert "cannot tell whether 2 CPUs already reach 95%" in demand_doubt(m, d, 0.95)
+    m[1].ci95 = [88, 92]  # settled
+    assert demand_doubt(m, demand(m, 0.95), 0.95) is None
+    # a demand point measured without an interval carries its note (the invariants harness found it bare)
+    m[2].ci95, m[2].note = None, "40 batches after the ramp: too few for an interval"
+    assert demand(m, 0.95)["note"] == m[2].note
+
+
+def test_interpolation_keeps_the_models_shape_at_the_measurements_level():
+    from lotus.profile.matrix import Point, interpolate
+
+    # the GPU host's 4/8/12/16 CPUs: measured 864 and 2,456, the model 875/1,526/1,989/2,355
+    m = [Point(4, 0, 864, True, predicted_samples_per_s=875, how="measured", ci95=[747, 981]),
+         Point(8, 0, 1526, False, predicted_samples_per_s=1526),
+         Point(12, 0, 1989, False, predicted_samples_per_s=1989),
+         Point(16, 0, 2456, True, predicted_samples_per_s=2355, how="measured", ci95=[2288, 2624])]
+    assert interpolate(m) == 2
+    assert m[1].samples_per_s == pytest.approx(1526 * (864 / 875 + (2456 / 2355 - 864 / 875) / 3))
+    assert m[1].how == m[2].how == "interpolated" and m[1].pi95 == [747, 2624]
+    # without predictions: the straight line
+    m = [Point(1, 0, 100, True, how="measured"), Point(2, 0, None, False), Point(3, 0, 300, True, how="measured")]
+    interpolate(m)
+    assert m[1].samples_per_s == pytest.approx(200)

@@ -102,7 +102,9 @@ def sensitivity_section(d: dict) -> str:
     if dem:
         rate = _rate(dem["samples_per_s"], dem.get("ci95")) if dem.get("measured") else \
             f"{fmt(dem['samples_per_s'])} samples/s"
-        share = dem["samples_per_s"] / dem["best_samples_per_s"] if dem.get("best_samples_per_s") else None
+        share = dem.get("share_of_best")  # directories of lotus before it: from the two rates
+        if share is None and dem.get("best_samples_per_s"):
+            share = dem["samples_per_s"] / dem["best_samples_per_s"]
         head = (f"<p>Demand: <b>{dem['cpus']} CPUs</b> ({dem.get('num_workers', '-')} workers) and "
                 f"<b>{fmt(dem['cache_gb'])} GB</b> of page cache reach {html.escape(rate)} "
                 f"({pct(share)} of the best, {fmt(dem.get('best_samples_per_s'))}; target {pct(d.get('target'))}; "

@@ -168,8 +168,15 @@ def worker_utilisation(t):
     return utilisation_of(per_epoch, spans)
 
 
-def prep_total_ns(t) -> float:
+def prep_total_ns(t, *, detail_only: bool = False) -> float:
+    """Total preprocessing time of the successful batches (``detail_only``: of the detail batches)."""
+    from lotus.trace.schema import FETCH_DETAIL
+
     total = 0
     for v in t.views():
-        total += int(v.values("prep_dur_ns", np.flatnonzero(v.valid("prep_dur_ns") & ~v.failed()))[0].sum())
+        keep = v.valid("prep_dur_ns") & ~v.failed()
+        if detail_only:
+            f, ok = v.values("_fetch_flags")
+            keep &= ok & (f > 0) & ((f & FETCH_DETAIL) != 0)
+        total += int(v.values("prep_dur_ns", np.flatnonzero(keep))[0].sum())
     return float(total or 0)

@@ -138,12 +138,23 @@ def utilisation_of(per_epoch, spans):
     return out
 
 
-def slowest_ops(events, batches) -> list[dict]:
-    """Parts of preprocessing by total time (largest first): name, calls, mean ms, total s, share."""
+def _prep_total(batches, *, detail_only: bool = False) -> float:
     if compact.is_table(batches):
-        prep_total = compactverdict.prep_total_ns(batches)
-    else:
-        prep_total = float(prepared(batches)["prep_dur_ns"].sum(skipna=True) or 0)
+        return compactverdict.prep_total_ns(batches, detail_only=detail_only)
+    b = prepared(batches)
+    if detail_only:
+        b = b[b["detail"].to_numpy(dtype=bool, na_value=False)]
+    return float(b["prep_dur_ns"].sum(skipna=True) or 0)
+
+
+def slowest_ops(events, batches) -> list[dict]:
+    """Parts of preprocessing by total time (largest first): name, calls, mean ms, total s, share.
+
+    With per-op detail for a share of the batches, a per-sample op's calls and total are scaled to all
+    batches, and its share of preprocessing is the ratio over the detail batches (its time in them / their
+    preprocessing time): a part of a batch's preprocessing, never above 1 (detail batches cost a little
+    more to record, so scaling their op time to all batches would overstate it)."""
+    prep_total = _prep_total(batches)
     durations = None
     if op_engine(events) is not None:  # a scanned run: counts and sums from the engine (exact)
         sizes = {n: (t["count"], t.get("sum_ns", 0.0)) for n, t in op_table(events).items()}
@@ -155,16 +166,34 @@ def slowest_ops(events, batches) -> list[dict]:
     names = [n for n in sizes if n not in PER_BATCH_OPS]
     ci = {} if share >= 1.0 else (op_mean_ci95_ms(events, names) if durations is not None
                                   else op_engine(events).op_mean_ci95_ms(names, _excluded_keys(events, None)))
+    detail_total = _prep_total(batches, detail_only=True) if share < 1.0 else prep_total
     rows = []
     for name, (calls, total) in sizes.items():
         scale = 1.0 if name in PER_BATCH_OPS else share  # per-sample ops of detail batches only: estimate
+        base = prep_total if scale >= 1.0 else detail_total
         row = {"name": name, "calls": round(calls / scale), "mean_ms": total / calls / 1e6,
                "total_s": total / scale / 1e9,
-               "share_of_preprocessing": total / scale / prep_total if prep_total else None}
+               "share_of_preprocessing": total / base if base else None}
         if scale < 1.0:
             row.update(sampled_share=scale, calls_sampled=int(calls), mean_ci95_ms=ci.get(name))
         rows.append(row)
     return sorted(rows, key=lambda r: -r["total_s"])
+
+
+MAX_WORKERS_NEEDED = 256  # beyond: the loop's own time is too short to say how many workers would hide the rest
+
+
+def _workers_needed(prep_ns: float, loop_ns: float, wait_ns: float) -> int | None:
+    """Workers whose preparation (``prep_ns`` in all) would overlap the loop's own time (its steps: loop - wait):
+    ``ceil(prep / own)``; None when that time is too short to say (no division by a nanosecond floor)."""
+    own = loop_ns - wait_ns
+    if own <= 0 or prep_ns > MAX_WORKERS_NEEDED * own:
+        return None
+    return max(1, math.ceil(prep_ns / own))
+
+
+def _own_share(loop_ns: float, wait_ns: float) -> float:
+    return max(loop_ns - wait_ns, 0.0) / loop_ns if loop_ns > 0 else 0.0
 
 
 def _loader_setting(loaders: dict, key: str):
@@ -295,16 +324,24 @@ def suggestions(v: dict, spans, batches) -> list[dict]:
     in_process = n_workers == 0 or (n_workers is None and any(k.endswith("/main") for k in v["workers"]["per_worker"]))
     if cls in (INPUT_BOUND, SEVERE) and in_process:
         loop_ns = (v["loop_s"] or 0) * 1e9
-        need = max(1, math.ceil((busy or 0) * loop_ns / max(loop_ns - wait_ns, 1)))
+        need = _workers_needed((busy or 0) * loop_ns, loop_ns, wait_ns)
         out.append({"id": "more_workers", "text": "Preprocessing runs in the training process (num_workers=0), so "
-                    f"the loop waits for every batch: use num_workers={need} or more so that it overlaps the steps."})
+                    "the loop waits for every batch: " + (
+                        f"use num_workers={need} or more so that it overlaps the steps." if need else
+                        f"the loop's own work is only {_own_share(loop_ns, wait_ns):.1%} of its time, so no number "
+                        "of workers hides preprocessing behind it: use as many as the CPUs allow.")})
     elif cls in (INPUT_BOUND, SEVERE):
         hol = v.get("head_of_line") or {}
         if busy is not None and busy >= 0.8 and n_workers:
             loop_ns = (v["loop_s"] or 0) * 1e9
-            need = math.ceil(n_workers * busy * loop_ns / max(loop_ns - wait_ns, 1))
+            need = _workers_needed(n_workers * busy * loop_ns, loop_ns, wait_ns)
             cpus = s.get("cpus_available")
-            if need > n_workers and cpus and need >= cpus:
+            if need is None:
+                out.append({"id": "more_workers", "text": f"Workers are busy {busy:.0%} of the time and the loop's "
+                            f"own work is only {_own_share(loop_ns, wait_ns):.1%} of its time, so no number of "
+                            "workers hides preprocessing behind it: make preprocessing cheaper (below) or use as "
+                            "many workers as the CPUs allow."})
+            elif need > n_workers and cpus and need >= cpus:
                 out.append({"id": "more_workers", "text": f"Workers are busy {busy:.0%} of the time and the loop "
                             f"would need about {need} of them, more than the {cpus} CPUs this job may use: make "
                             "preprocessing cheaper (below) or run on more CPUs; "

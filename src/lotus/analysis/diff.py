@@ -85,7 +85,7 @@ def diff_runs(a_events, a_batches, b_events, b_batches, *, top: int = 10) -> dic
         ({"what": name, "change_pct": d["mean"]["change_pct"], "change_ms": d["mean"]["change"]}
          for name, d in [("batch preprocessing", prep), *ops.items()]
          if d["mean"]["change_pct"] is not None and d["mean"]["change_pct"] > 0),
-        key=lambda r: -r["change_pct"])
+        key=lambda r: -round(r["change_pct"], 9))  # ties (to rounding: either engine's sums) keep pipeline order
     return {
         "batch_preprocessing_ms": prep,
         "ops_ms": ops,

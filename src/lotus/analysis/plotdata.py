@@ -70,7 +70,7 @@ def op_seconds_frame(configs):
         for op, total in sums.items():
             if op not in ("transform", "sample"):
                 scale = 1.0 if op in PER_BATCH_OPS else share
-                rows.append({"config": name, "op": op, "cpu_s": float(total) / 1e9 / scale})
+                rows.append({"config": name, "op": op, "cpu_s": float(total) / 1e9 / scale if total else 0.0})
     return pd.DataFrame(rows, columns=["config", "op", "cpu_s"])
 
 

@@ -6,8 +6,8 @@ loader (the one that handed out the most of its batches; ties: the lowest id):
 * ``samples_per_s`` with its 95% interval: the one throughput measure (:func:`lotus.analysis.throughput.
   loader_rates`); a node's rates add up (intervals in quadrature, :func:`lotus.trace.steady.combine`);
 * ``wait_share``: the loop's wait over its time, as the verdict's (:func:`lotus.analysis.diagnosis.loop_spans`);
-* ``slowest_op`` and its share of the rank's batch preprocessing time: op totals over every op event of
-  the rank (those of failed fetches included), per-sample ops scaled by the trace's detail share;
+* ``slowest_op`` and its share of the rank's batch preprocessing time: the rank's op totals without the ops
+  of failed and exhausted fetches (as the verdict's), per-sample ops scaled by the trace's detail share;
 * ``worker_busy_share``: the mean of the rank's workers' busy shares (:func:`lotus.analysis.diagnosis.
   worker_utilisation`); a node's: the mean over its workers;
 * ``gpu_data_idle_share``: GPU idle waiting for data over GPU time (CUDA events; None without them);
@@ -30,10 +30,11 @@ from lotus.analysis.diagnosis import _NOT_OPS, loop_spans, worker_utilisation
 from lotus.analysis.htmlfmt import pct
 from lotus.analysis.stats import PER_BATCH_OPS, op_engine, op_names, prepared
 
-RANK_COLUMNS = ["rank", "node", "loader", "batches", "samples_per_s", "ci95_lo", "ci95_hi", "wait_share", "slowest_op",
+RANK_COLUMNS = ["rank", "node", "loader", "batches", "samples_per_s", "ci95_lo", "ci95_hi", "rate_note", "wait_share",
+                "slowest_op",
                 "slowest_op_share", "worker_busy_share", "gpu_data_idle_share", "slowest_steps", "slowest_share",
                 "held_s", "held_input_s", "held_step_s"]
-_SUMS = ("loop_ns", "wait_ns", "workers", "busy_share_sum", "gpu_wait_ns", "gpu_step_ns", "prep_ns")
+_SUMS = ("loop_ns", "wait_ns", "workers", "busy_share_sum", "gpu_wait_ns", "gpu_step_ns", "prep_ns", "detail_prep_ns")
 
 
 def rank_nodes(files: list[dict]) -> dict[int, str]:
@@ -46,36 +47,62 @@ def rank_nodes(files: list[dict]) -> dict[int, str]:
     return out
 
 
-def rank_op_totals(events) -> dict[int, dict[str, float]]:
-    """``{rank: {op: total ns}}`` of the parts of preprocessing (load, transform ops, collate) over every op
-    event, pipeline order, per-sample ops scaled to all batches by the detail share."""
+def rank_op_totals(events) -> tuple[dict[int, dict[str, float]], float]:
+    """(``{rank: {op: total ns}}`` of the parts of preprocessing (load, transform ops, collate) as recorded,
+    pipeline order, without the ops of failed and exhausted fetches (as the verdict's); the detail share that
+    scales per-sample ops to all batches). Integer sums (exact in float64 below 2**53 ns): the same on both
+    engines; a scanned run sums them per rank while scanning, or in one more pass when some fetches failed
+    or found no batch."""
+    from lotus.analysis.stats import _excluded_keys, _rows_of_batches
     from lotus.trace.batches import detail_share
 
     engine = op_engine(events)
+    drop = _excluded_keys(events, None)
     if engine is not None:
-        raw = engine.rank_totals()
+        raw = engine.rank_totals() if drop is None else _rescanned_rank_totals(engine, drop)
     else:
         names = op_names(events)
         cat = events["name"].array
         codes, labels = np.asarray(cat.codes), {n: i for i, n in enumerate(cat.categories)}
         ranks, ri = np.unique(events["rank"].to_numpy(np.int64), return_inverse=True)
         dur = events["dur_ns"].to_numpy().astype(np.float64)
+        keep = ~_rows_of_batches(events, drop) if drop is not None else np.ones(len(events), bool)
         raw = {int(r): {} for r in ranks}
         for n in names:
-            m = codes == labels[n]
+            m = (codes == labels[n]) & keep
             sums = np.bincount(ri[m], weights=dur[m], minlength=len(ranks))  # integer sums: exact
             for k in np.flatnonzero(sums).tolist():
                 raw[int(ranks[k])][n] = float(sums[k])
     share = detail_share(events) if any(raw.values()) else 1.0
-    return {r: {n: v / (1.0 if n in PER_BATCH_OPS else share) for n, v in ops.items() if n not in _NOT_OPS}
-            for r, ops in raw.items()}
+    return {r: {n: v for n, v in ops.items() if n not in _NOT_OPS} for r, ops in raw.items()}, share
 
 
-def _slowest(ops: dict[str, float], prep_ns: float) -> tuple[str | None, float | None]:
+def _rescanned_rank_totals(engine, drop) -> dict[int, dict[str, float]]:
+    """:meth:`lotus.trace.opengine.OpEngine.rank_totals` without the ops of the batch keys ``drop`` (a pass)."""
+    from lotus.trace.rescan import _op_chunks
+
+    slots = len(engine.slot_codes)
+    by_rank: dict[int, np.ndarray] = {}
+    for arr, slot, keep, fs in _op_chunks(engine, drop):
+        k = np.flatnonzero(keep)
+        if len(k):
+            row = by_rank.setdefault(int(fs.consts["rank"]), np.zeros(slots))
+            row += np.bincount(slot[k], weights=arr["dur_ns"][k].astype(np.float64), minlength=slots)
+    order = engine.op_order()
+    slot_of = {engine.names[c]: k for k, c in enumerate(engine.slot_codes)}
+    return {r: {n: float(row[slot_of[n]]) for n in order if row[slot_of[n]]} for r, row in sorted(by_rank.items())}
+
+
+def _slowest(ops: dict[str, float], share: float, sums: dict) -> tuple[str | None, float | None]:
+    """The op of the largest total (per-sample ops scaled to all batches) and its share of preprocessing, as
+    the verdict's (:func:`lotus.analysis.diagnosis.slowest_ops`): a per-sample op of a detail-budgeted trace
+    over the detail batches' preprocessing (its time in them / theirs)."""
     if not ops:
         return None, None
-    name = max(ops, key=lambda n: ops[n])  # the first of equals, pipeline order
-    return name, ops[name] / prep_ns if prep_ns else None
+    scale = {n: 1.0 if n in PER_BATCH_OPS else share for n in ops}
+    name = max(ops, key=lambda n: ops[n] / scale[n])  # the first of equals, pipeline order
+    base = sums["prep_ns"] if scale[name] >= 1.0 else sums["detail_prep_ns"]
+    return name, ops[name] / base if base else None
 
 
 def main_loaders(rates: dict) -> dict[int, int]:
@@ -114,15 +141,19 @@ def _sums_by_rank(batches, loaders: dict[int, int]) -> dict[int, dict]:
     prep = prepared(batches)
     for rank, v in prep.groupby("rank", sort=True)["prep_dur_ns"].sum().items():
         add(rank, "prep_ns", v)
+    if "detail" in prep.columns:
+        detail = prep[prep["detail"].to_numpy(dtype=bool, na_value=False)]
+        for rank, v in detail.groupby("rank", sort=True)["prep_dur_ns"].sum().items():
+            add(rank, "detail_prep_ns", v)
     return out
 
 
-def _figures(sums: dict, ops: dict[str, float]) -> dict:
+def _figures(sums: dict, ops: dict[str, float], share: float) -> dict:
     """The figures of a rank or node from its sums and op totals."""
     covered = sums["gpu_wait_ns"] + sums["gpu_step_ns"]
-    slow, share = _slowest(ops, sums["prep_ns"])
+    slow, slow_share = _slowest(ops, share, sums)
     return {"wait_share": sums["wait_ns"] / sums["loop_ns"] if sums["loop_ns"] else None, "slowest_op": slow,
-            "slowest_op_share": share,
+            "slowest_op_share": slow_share,
             "worker_busy_share": sums["busy_share_sum"] / sums["workers"] if sums["workers"] else None,
             "gpu_data_idle_share": sums["gpu_wait_ns"] / covered if covered > 0 else None}
 
@@ -138,7 +169,7 @@ def rank_report(events, batches, loaders: dict, files: list[dict]) -> dict:
     main = main_loaders(rates)
     nodes = rank_nodes(files)
     sums = _sums_by_rank(batches, main)
-    ops = rank_op_totals(events)
+    ops, detail = rank_op_totals(events)
     steps, lockstep = collective.step_table(batches, main)
     loops = [s["loop_ns"] for s in sums.values() if s["loop_ns"] > 0]
     coll = collective.summary(steps, lockstep, float(np.median(loops)) if loops else None, nodes)
@@ -151,7 +182,9 @@ def rank_report(events, batches, loaders: dict, files: list[dict]) -> dict:
         rows.append({"rank": r, "node": nodes.get(r, "?"), "loader": main.get(r), "batches": nb,
                      "samples_per_s": rate.samples_per_s if rate else None,
                      "ci95_lo": rate.ci95[0] if rate and rate.ci95 else None,
-                     "ci95_hi": rate.ci95[1] if rate and rate.ci95 else None, **_figures(s, ops.get(r, {})),
+                     "ci95_hi": rate.ci95[1] if rate and rate.ci95 else None,
+                     "rate_note": rate.note if rate else "no batch handed to the loop",
+                     **_figures(s, ops.get(r, {}), detail),
                      "slowest_steps": blame.get("slowest_steps", 0), "slowest_share": blame.get("slowest_share", 0.0),
                      **{k: blame.get(k, 0.0) for k in ("held_s", "held_input_s", "held_step_s")}})
     node_rows = []
@@ -162,10 +195,13 @@ def rank_report(events, batches, loaders: dict, files: list[dict]) -> dict:
         for r in mine:
             for n, v in ops.get(r, {}).items():
                 op_sum[n] = op_sum.get(n, 0.0) + v
-        total, ci = combine([rates[(r, main[r])][0] for r in mine if r in main])
+        mine_rates = [rates[(r, main[r])][0] for r in mine if r in main]
+        total, ci = combine(mine_rates)
+        notes = sorted({x.note for x in mine_rates if x.note})
         blame = coll["per_node"].get(node, {})
         node_rows.append({"node": node, "ranks": mine, "samples_per_s": total, "ci95": list(ci) if ci else None,
-                          **_figures(s, op_sum), "slowest_steps": blame.get("slowest_steps", 0),
+                          "rate_note": "; ".join(notes) or (None if ci or total is None else "no interval"),
+                          **_figures(s, op_sum, detail), "slowest_steps": blame.get("slowest_steps", 0),
                           "slowest_share": blame.get("slowest_share", 0.0),
                           **{k: blame.get(k, 0.0) for k in ("held_s", "held_input_s", "held_step_s")}})
     world = max((int(f.get("world_size") or 1) for f in files), default=1)

@@ -217,8 +217,9 @@ def op_stats(events, *, exclude=None) -> dict[str, dict]:
             if n in PER_BATCH_OPS:
                 continue
             st["count_sampled"] = st["count"]
-            st["count"] = round(st["count"] / share)
-            st["sum"] = None if st["sum"] is None else st["sum"] / share
+            if st["count"]:  # else no detail batch succeeded (share 0): nothing recorded, nothing to scale
+                st["count"] = round(st["count"] / share)
+                st["sum"] = None if st["sum"] is None else st["sum"] / share
             st["sampled_share"] = share
             st["mean_ci95"] = ci.get(n)
     return out
@@ -250,7 +251,7 @@ def op_mean_ci95_ms(events, names: list[str], *, exclude=None) -> dict[str, list
         total, calls = g["sum"].to_numpy(), g["count"].to_numpy().astype(np.float64)
         mean = total.sum() / calls.sum()
         se = np.sqrt(np.sum((total - mean * calls) ** 2) / (k * (k - 1))) / calls.mean()
-        out[n] = [float((mean - 1.96 * se) / 1e6), float((mean + 1.96 * se) / 1e6)]
+        out[n] = [max(float((mean - 1.96 * se) / 1e6), 0.0), float((mean + 1.96 * se) / 1e6)]  # a time: >= 0
     return out
 
 
@@ -264,7 +265,7 @@ def op_totals_s(events) -> dict[str, float]:
     else:
         sums = {n: float(d.sum()) for n, d in op_durations(events).items()}
     share = detail_share(events) if sums else 1.0
-    return {n: s / 1e9 / (1.0 if n in PER_BATCH_OPS else share) for n, s in sums.items()}
+    return {n: s / 1e9 / (1.0 if n in PER_BATCH_OPS else share) if s else 0.0 for n, s in sums.items()}
 
 
 def config_stats(events, batches, *, remove_outliers: bool = False) -> dict:

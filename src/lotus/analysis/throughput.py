@@ -6,7 +6,8 @@ last hand-off of the run, epoch starts inside counted (a long run pays them). Th
 ``num_workers x prefetch_factor`` batches (1 without workers) that can all be ready before the loop's
 first request: they go at the step's pace, so counting them favours many workers on short probes. A few
 leading start-up batches after it (a first CUDA step) are left out too. Every rate comes with its 95%
-interval (``ci95``, batch means over whole rounds of the workers).
+interval (``ci95``: this run's hand-offs, see :mod:`lotus.trace.steady`, plus the run-to-run spread that
+separate runs of a job show, :func:`lotus.trace.steady.default_run_spread`; ``within_ci95`` without it).
 
 Failed batches and exhausted fetches are not batches (``ok_batches``). The headline is the loader that
 handed out the most batches (the training loader when a script also validates).
@@ -23,7 +24,7 @@ import os
 
 import numpy as np
 
-from lotus.trace.steady import SteadyRate, combine, steady_rate
+from lotus.trace.steady import RUN_SPREAD_DOF, SteadyRate, combine, default_run_spread, steady_rate, with_run_spread
 
 _log = logging.getLogger("lotus.analysis")
 
@@ -45,6 +46,14 @@ def ramp_batches(desc: dict | None) -> int:
     return max(w * pf, 1)
 
 
+def ramp_reason(desc: dict | None) -> str:
+    """Why the ramp is that long, in words: '4 workers x prefetch 2', 'no workers: the first batch'."""
+    w, pf = (desc or {}).get("num_workers"), (desc or {}).get("prefetch_factor")
+    if isinstance(w, int) and w > 0:
+        return f"{w} workers x prefetch {pf or 2}"
+    return "no workers: the first batch" if w == 0 else "loader settings unknown: the first batch"
+
+
 def _workers(desc: dict | None) -> int:
     w = (desc or {}).get("num_workers")
     return w if isinstance(w, int) and w > 0 else 0
@@ -62,6 +71,7 @@ def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = 
     if replayed_only:
         b = b[b["prep_dur_ns"].isna().to_numpy(dtype=bool, na_value=True)]
     out = {}
+    spread = default_run_spread()
     for (rank, loader), g in b.groupby(["rank", "loader"], sort=True):
         desc = (loaders or {}).get((int(rank), int(loader))) or {}
         n = g["n_samples"].astype("Float64")
@@ -74,6 +84,7 @@ def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = 
         ep = g["epoch"].to_numpy()[order]
         r = steady_rate(t, nn, ramp=1 if replayed_only else ramp_batches(desc), workers=_workers(desc),
                         segments=ep if replayed_only else None, epochs=ep)
+        r = with_run_spread(r, spread, RUN_SPREAD_DOF)
         first = len(t) - r.batches  # one stretch: the window's batches are the last r.batches
         if not replayed_only and r.window_s > 0 and 0 < first < len(t) and "wait_dur_ns" in g.columns:
             wait = g["wait_dur_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)[order]
@@ -125,8 +136,11 @@ def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = Fa
             "steady_batches": sum(r.batches for r, _, _ in mine),
             "window_s": max((r.window_s for r, _, _ in mine), default=0.0),
             "left_out": {"ramp_batches": sum(r.ramp_batches for r, _, _ in mine),
+                         "ramp": ramp_reason(next((d for (_r, lid), d in sorted((loaders or {}).items())
+                                                   if lid == main), None)),
                          "startup_batches": sum(r.startup_batches for r, _, _ in mine)},
             "window_wait_share": _mean([r.extra.get("wait_share") for r, _, _ in mine]),
+            "run_spread": mine[0][0].run_rel_sd,
             "note": "; ".join(notes) or None, "loader": main, "ranks": len(mine),
             "loaders": per.to_dict(orient="records")}
 

@@ -1,17 +1,23 @@
 """Trends of a long run: per epoch and per time bucket (an hour by default), not one average.
 
-``trends(events, batches)`` -> ``{"bucket_s": s, "per_epoch": [...], "per_bucket": [...]}``:
+``trends(events, batches)`` -> ``{"bucket_s": s, "per_epoch": [...], "per_bucket": [...]}``, the rows of the
+main loader (the one that handed out the most batches):
 
-* per epoch: consumed batches, samples/s of the main loader (samples after the epoch's first hand-off
-  / time from it to the last one, summed over ranks), the loop's wait share (as the verdict's, per
-  epoch) and the slowest op (largest total time; share of that epoch's preprocessing time).
-* per bucket (``bucket_s``: 3600 for runs of two hours or more, else a twelfth of the run): consumed
-  batches, samples/s (samples handed to the loop in the bucket / its length), wait share (waits
-  starting in the bucket / its length, per rank, averaged) and the slowest op (ops by their start;
-  share of the preprocessing of the main loader's batches that started in the bucket).
+* per epoch: consumed batches, samples/s (per rank: the samples handed out after the epoch's first
+  hand-off / the time from it to the last one; ranks added), the loop's wait share (as the verdict's,
+  per epoch) and the slowest op (largest total time; its share of the preprocessing of the same batches);
+* per bucket (``bucket_s``: 3600 for runs of two hours or more, else a twelfth of the run; buckets start
+  at the first hand-off): consumed batches, samples/s (samples handed out in the bucket / the part of
+  it the run covers), the wait share (the loop's waits inside the bucket / that part, per rank, averaged)
+  and the slowest op.
 
-Op totals leave out the ops of failed and exhausted fetches, on both engines; a scanned run
-(:mod:`lotus.trace.scan`) reads its op records again in chunks for them (integer sums: the same
+Rates follow :mod:`lotus.trace.windowrate`: a window with fewer than ``MIN_HANDOFFS`` hand-offs of a rank,
+or a bucket the run covers less than ``MIN_COVER`` of, has no rate (``samples_per_s`` None, ``note`` says
+why; the wait share of such a bucket is None too); a row's ``ci95`` is None, the trends' ``rate_note``
+says why. The slowest op of an epoch or bucket is over the main loader's successful detail batches of it
+(a bucket: those that *started* in it), its share of their preprocessing time: an op of a batch is part
+of that batch's preprocessing, so a share is never above 1, with per-op detail for a share of the batches
+too. A scanned run (:mod:`lotus.trace.scan`) reads its op records again in chunks (integer sums: the same
 figures). From the batches table and per-op totals only: bounded memory whatever the run's length.
 """
 
@@ -22,79 +28,95 @@ import numpy as np
 from lotus.analysis.diagnosis import _NOT_OPS, loop_spans
 from lotus.analysis.stats import op_engine, prepared
 from lotus.trace.batches import ok_batches
+from lotus.trace.windowrate import MIN_COVER, NO_INTERVAL, between_rate, count_rate
 
 HOUR_S = 3600.0
 
 
-def _op_totals(events, t0: int, width: int, nb: int) -> tuple[dict[int, dict[str, float]], list[dict[str, float]]]:
-    """``({epoch: {op: total ns}}, [{op: total ns} per bucket])``: every op event but those of failed and
-    exhausted fetches, its bucket that of its start (clipped to the first and last); ops in the order of
-    their codes (the events' name categories). Integer totals (exact in float64 below 2**53 ns), so a
-    scanned run's pass over its files (:func:`lotus.trace.rescan._op_chunks`) gives the in-memory
-    path's figures."""
-    from lotus.analysis.stats import _excluded_keys
+class _Slots:
+    """Each of the main loader's successful detail batches -> its epoch and the bucket it started in."""
 
+    def __init__(self, b, t0: int, width: int, nb: int):
+        self.by_rank: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        bucket = _buckets(b, t0, width, nb)
+        for rank, idx in b.groupby("rank", sort=True).indices.items():
+            key = self.pack(b["epoch"].to_numpy(np.int64)[idx], b["batch_id"].to_numpy(np.int64)[idx])
+            order = np.argsort(key, kind="stable")
+            self.by_rank[int(rank)] = (key[order], bucket[idx][order])
+
+    @staticmethod
+    def pack(epoch: np.ndarray, batch_id: np.ndarray) -> np.ndarray:
+        return (epoch.astype(np.int64) << 32) | (batch_id.astype(np.int64) & 0xFFFFFFFF)
+
+    def bucket_of(self, rank: int, epoch: np.ndarray, batch_id: np.ndarray) -> np.ndarray:
+        """The bucket of each (epoch, batch id) of ``rank``; -1 where it is none of the batches."""
+        keys, buckets = self.by_rank.get(int(rank), (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        out = np.full(len(epoch), -1, np.int64)
+        if not len(keys) or not len(epoch):
+            return out
+        want = self.pack(epoch, batch_id)
+        i = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+        hit = keys[i] == want
+        out[hit] = buckets[i[hit]]
+        return out
+
+
+def _add(acc: dict, epoch: np.ndarray, bucket: np.ndarray, code: np.ndarray, dur: np.ndarray, nb: int) -> None:
+    """Sum op durations into ``acc["epoch"][e][code]`` and ``acc["bucket"][bucket * K + code]`` (exact
+    integer sums in float64 below 2**53 ns)."""
+    if not len(code):
+        return
+    k = acc["k"]
+    acc["bucket"] += np.bincount(bucket * k + code, weights=dur, minlength=nb * k)
+    lo = int(epoch.min())
+    sums = np.bincount((epoch - lo) * k + code, weights=dur, minlength=(int(epoch.max()) - lo + 1) * k)
+    for i, row in enumerate(sums.reshape(-1, k)):
+        if row.any():
+            acc["epoch"].setdefault(lo + i, np.zeros(k))[:] += row
+
+
+def _op_totals(events, slots: _Slots, main: int, nb: int) -> tuple[dict, list]:
+    """``({epoch: {op: ns}}, [{op: ns} per bucket])`` over the op events of the batches in ``slots``."""
     engine = op_engine(events)
     if engine is None:
-        return _op_totals_memory(events, t0, width, nb)
-    from lotus.trace.rescan import _op_chunks
+        from lotus.analysis.stats import op_names
 
-    slots = len(engine.slot_codes)
-    by_epoch: dict[int, np.ndarray] = {}
-    by_bucket = np.zeros(nb * slots)
-    for arr, slot, keep, fs in _op_chunks(engine, _excluded_keys(events, None)):
-        ki = np.flatnonzero(keep)
-        if not ki.size:
-            continue
-        sl, d = slot[ki].astype(np.int64), arr["dur_ns"][ki].astype(np.float64)
-        kb = np.clip((arr["start_ns"][ki] + fs.shift - t0) // width, 0, nb - 1)
-        by_bucket += np.bincount(kb * slots + sl, weights=d, minlength=nb * slots)
-        ep = arr["epoch"][ki].astype(np.int64)
-        lo = int(ep.min())
-        sums = np.bincount((ep - lo) * slots + sl, weights=d, minlength=(int(ep.max()) - lo + 1) * slots)
-        for i, row in enumerate(sums.reshape(-1, slots)):
-            if row.any():
-                acc = by_epoch.setdefault(lo + i, np.zeros(slots))
-                acc += row
-    order = np.argsort(engine.slot_codes, kind="stable")  # by code: the in-memory path's order
-    names = [engine.names[engine.slot_codes[k]] for k in order]
+        names = op_names(events)
+        labels = [str(c) for c in events["name"].array.categories]
+        acc = {"k": len(labels), "epoch": {}, "bucket": np.zeros(nb * len(labels))}
+        if names:
+            want = np.zeros(len(labels) + 1, bool)
+            want[[labels.index(n) for n in names]] = True
+            codes = np.asarray(events["name"].array.codes).astype(np.int64)
+            sel = want[codes] & (events["loader"].to_numpy() == main)
+            ev = events[sel]
+            for rank, idx in ev.groupby("rank", sort=True).indices.items():
+                ep = ev["epoch"].to_numpy(np.int64)[idx]
+                bk = slots.bucket_of(rank, ep, ev["batch_id"].to_numpy(np.int64)[idx])
+                hit = bk >= 0
+                _add(acc, ep[hit], bk[hit], codes[sel][idx][hit], ev["dur_ns"].to_numpy(np.float64)[idx][hit], nb)
+        order = list(range(len(labels)))
+    else:
+        from lotus.trace.rescan import _op_chunks
+
+        labels = [engine.names[c] for c in engine.slot_codes]
+        acc = {"k": len(labels), "epoch": {}, "bucket": np.zeros(nb * len(labels))}
+        for arr, slot, keep, fs in _op_chunks(engine, None):
+            sel = keep & (arr["loader"].astype(np.int64) + fs.loader_offset == main)
+            ki = np.flatnonzero(sel)
+            if not ki.size:
+                continue
+            ep = arr["epoch"][ki].astype(np.int64)
+            bk = slots.bucket_of(fs.consts["rank"], ep, arr["batch_id"][ki])
+            hit = bk >= 0
+            _add(acc, ep[hit], bk[hit], slot[ki][hit].astype(np.int64), arr["dur_ns"][ki][hit].astype(np.float64), nb)
+        order = np.argsort(engine.slot_codes, kind="stable").tolist()  # by code: the in-memory path's order
 
     def named(row):
-        return {n: float(v) for n, v in zip(names, row[order].tolist(), strict=True) if v}
+        return {labels[j]: float(row[j]) for j in order if row[j]}
 
-    return ({e: named(r) for e, r in sorted(by_epoch.items()) if r.any()},
-            [named(r) for r in by_bucket.reshape(nb, slots)])
-
-
-def _op_totals_memory(events, t0: int, width: int, nb: int):
-    from lotus.analysis.stats import _excluded_keys, _rows_of_batches, op_names
-
-    names = op_names(events)
-    if not names:
-        return {}, [{} for _ in range(nb)]
-    drop = _excluded_keys(events, None)
-    keep = ~_rows_of_batches(events, drop) if drop is not None else None
-    cat = events["name"].array
-    codes = np.asarray(cat.codes).astype(np.int64)
-    labels = [str(c) for c in cat.categories]
-    want = np.zeros(len(labels) + 1, bool)
-    want[[labels.index(n) for n in names]] = True
-    sel = want[codes]
-    if keep is not None:
-        sel &= keep
-    ep = events["epoch"].to_numpy()[sel].astype(np.int64)
-    if not len(ep):
-        return {}, [{} for _ in range(nb)]
-    k = len(labels)
-    c, d = codes[sel], events["dur_ns"].to_numpy()[sel].astype(np.float64)
-    lo = int(ep.min())
-    sums = np.bincount((ep - lo) * k + c, weights=d, minlength=(int(ep.max()) - lo + 1) * k).reshape(-1, k)
-    per_epoch: dict[int, dict[str, float]] = {}
-    for i, j in zip(*np.nonzero(sums), strict=True):
-        per_epoch.setdefault(lo + int(i), {})[labels[j]] = float(sums[i, j])
-    kb = np.clip((events["start_ns"].to_numpy()[sel].astype(np.int64) - t0) // width, 0, nb - 1)
-    bs = np.bincount(kb * k + c, weights=d, minlength=nb * k).reshape(nb, k)
-    return per_epoch, [{labels[j]: float(row[j]) for j in np.flatnonzero(row)} for row in bs]
+    return ({e: named(r) for e, r in sorted(acc["epoch"].items()) if r.any()},
+            [named(r) for r in acc["bucket"].reshape(nb, acc["k"])])
 
 
 def _slowest(totals: dict[str, float], prep_ns: float) -> tuple[str | None, float | None]:
@@ -103,15 +125,41 @@ def _slowest(totals: dict[str, float], prep_ns: float) -> tuple[str | None, floa
     return slow, (tot[slow] / prep_ns if slow and prep_ns else None)
 
 
+def _loops(b, sel=None) -> dict:
+    """``{"rank R": (sorted hand-off ns, samples)}`` of the batches (``sel``: a mask of them)."""
+    if sel is not None:
+        b = b[sel]
+    out = {}
+    for rank, g in b.groupby("rank", sort=True):
+        g = g.sort_values("consumed_ns", kind="stable")
+        out[f"rank {rank}"] = (g["consumed_ns"].to_numpy(np.int64),
+                               g["n_samples"].to_numpy(dtype=np.float64, na_value=np.nan))
+    return out
+
+
+def _row(head: dict, rate, **tail) -> dict:
+    return {**head, "samples_per_s": rate.samples_per_s, "ci95": None, "note": rate.note, **tail}
+
+
+def _clipped_waits(b, lo: int, hi: int) -> float | None:
+    """The loop's waiting time inside ``[lo, hi)``, all ranks (None: no wait recorded). In integer ns:
+    wall-clock ns in float64 are 256 ns apart."""
+    known = (b["wait_start_ns"].notna() & b["wait_dur_ns"].notna()).to_numpy(dtype=bool, na_value=False)
+    if not known.any():
+        return None
+    ws = b["wait_start_ns"].to_numpy(dtype=np.int64, na_value=0)[known]
+    we = ws + b["wait_dur_ns"].to_numpy(dtype=np.int64, na_value=0)[known]
+    return float(np.clip(np.minimum(we, hi) - np.maximum(ws, lo), 0, None).sum())
+
+
 def trends(events, batches, *, bucket_s: float | None = None) -> dict:
     b = ok_batches(batches)
     b = b[b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]
     if b.empty:
-        return {"bucket_s": bucket_s, "per_epoch": [], "per_bucket": []}
+        return {"bucket_s": bucket_s, "rate_note": NO_INTERVAL, "per_epoch": [], "per_bucket": []}
     main = int(b.groupby("loader").size().idxmax())
     b = b[b["loader"] == main]
     t = b["consumed_ns"].to_numpy(np.int64)
-    n = b["n_samples"].to_numpy(dtype=np.float64, na_value=np.nan)
     spans = loop_spans(batches)
     spans = spans[spans["loader"] == main] if len(spans) else spans
     t0, t1 = int(t.min()), int(t.max())
@@ -120,43 +168,38 @@ def trends(events, batches, *, bucket_s: float | None = None) -> dict:
         bucket_s = HOUR_S if length >= 2 * HOUR_S else max(length / 12, 1e-3)
     width = max(int(bucket_s * 1e9), 1)
     nb = max(1, -(-(t1 - t0) // width))
-    ops, bucket_ops = _op_totals(events, t0, width, nb)
     prep = prepared(batches)
-    prep_by_epoch = prep[prep["loader"] == main].groupby("epoch")["prep_dur_ns"].sum()
+    prep = prep[(prep["loader"] == main).to_numpy() & prep["detail"].to_numpy(dtype=bool, na_value=False)]
+    slots = _Slots(prep, t0, width, nb)
+    ops, bucket_ops = _op_totals(events, slots, main, nb)
+    pd_ = prep["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    prep_by_epoch = prep.groupby("epoch")["prep_dur_ns"].sum()
+    prep_by_bucket = np.bincount(_buckets(prep, t0, width, nb), weights=pd_, minlength=nb)
     per_epoch = []
-    for e, g in b.groupby("epoch", sort=True):
-        rate = 0.0
-        for _, r in g.groupby("rank"):
-            r = r.sort_values("consumed_ns")
-            tt = r["consumed_ns"].to_numpy(np.int64)
-            if len(tt) > 1 and tt[-1] > tt[0]:
-                rate += float(np.nansum(r["n_samples"].to_numpy(dtype=np.float64, na_value=np.nan)[1:])) / (
-                    (tt[-1] - tt[0]) / 1e9)
+    ep = b["epoch"].to_numpy()
+    for e in np.unique(ep):
         s = spans[spans["epoch"] == e] if len(spans) else spans
         share = float(s["wait_ns"].sum()) / float(s["span_ns"].sum()) if len(s) and s["span_ns"].sum() > 0 else None
         slow, slow_share = _slowest(ops.get(int(e), {}), float(prep_by_epoch.get(e, 0) or 0))
-        per_epoch.append({"epoch": int(e), "batches": len(g), "samples_per_s": rate or None, "wait_share": share,
-                          "slowest_op": slow, "slowest_op_share": slow_share})
-    pm = prep[prep["loader"] == main]
-    ps = pm["prep_start_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
-    pd_ = pm["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
-    okp = np.isfinite(ps) & np.isfinite(pd_)
-    prep_by_bucket = np.bincount(np.clip((ps[okp].astype(np.int64) - t0) // width, 0, nb - 1), weights=pd_[okp],
-                                 minlength=nb)
+        per_epoch.append(_row({"epoch": int(e), "batches": int((ep == e).sum())}, between_rate(_loops(b, ep == e)),
+                              wait_share=share, slowest_op=slow, slowest_op_share=slow_share))
     k = np.minimum((t - t0) // width, nb - 1)
     ranks = max(b["rank"].nunique(), 1)
-    ws = b["wait_start_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
-    wd = b["wait_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
     per_bucket = []
     for i in range(nb):
-        sel = k == i
         lo = t0 + i * width
-        span = min(width, max(t1 - lo, 1)) / 1e9
-        in_b = (ws >= lo) & (ws < lo + width)
-        waits = float(np.nansum(wd[in_b])) if np.isfinite(ws).any() else None
+        rate = count_rate(_loops(b, k == i), lo, lo + width, t1 + 1 if i == nb - 1 else lo + width)
+        covered = min(width, t1 + 1 - lo) if i == nb - 1 else width
+        waits = _clipped_waits(b, lo, lo + covered) if covered >= MIN_COVER * width else None
         slow, slow_share = _slowest(bucket_ops[i], float(prep_by_bucket[i]))
-        per_bucket.append({"start_s": i * bucket_s, "batches": int(sel.sum()),
-                           "samples_per_s": float(np.nansum(n[sel])) / span,
-                           "wait_share": None if waits is None else waits / (span * 1e9 * ranks),
-                           "slowest_op": slow, "slowest_op_share": slow_share})
-    return {"bucket_s": bucket_s, "per_epoch": per_epoch, "per_bucket": per_bucket}
+        per_bucket.append(_row({"start_s": i * bucket_s, "batches": int((k == i).sum())}, rate,
+                               wait_share=None if waits is None else waits / (covered * ranks),
+                               slowest_op=slow, slowest_op_share=slow_share))
+    return {"bucket_s": bucket_s, "rate_note": NO_INTERVAL, "per_epoch": per_epoch, "per_bucket": per_bucket}
+
+
+def _buckets(b, t0: int, width: int, nb: int) -> np.ndarray:
+    """The bucket each batch started in (its preprocessing's start; the first bucket before the first
+    hand-off)."""
+    start = b["prep_start_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    return np.clip((np.nan_to_num(start, nan=t0) - t0) // width, 0, nb - 1).astype(np.int64)

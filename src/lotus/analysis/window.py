@@ -88,7 +88,7 @@ def window_events(events, t0: int, t1: int):
     if engine is None:
         keep = _overlap(events["start_ns"].to_numpy(), events["dur_ns"].to_numpy(), t0, t1)
         return events[keep]
-    from lotus.trace.events import FileList
+    from lotus.trace.discover import FileList
     from lotus.trace.rescan import window_scan
 
     out = window_scan(engine, t0, t1, name=events.attrs.get("run"), path=events.attrs.get("path"))
@@ -114,10 +114,13 @@ def overview(batches, bucket_ns: int):
     from lotus.trace.batches import worker_label
 
     parts = []
+    cols = ["t_ns", "track", "share"]
     b = prepared(batches)
-    t_start = int(np.nanmin(np.concatenate([
-        batches[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in ("prep_start_ns", "wait_start_ns",
-                                                                          "dispatch_ns")])))
+    starts = np.concatenate([batches[c].to_numpy(dtype=np.float64, na_value=np.nan)
+                             for c in ("prep_start_ns", "wait_start_ns", "dispatch_ns")])
+    if not np.isfinite(starts).any():  # no batch: no track
+        return pd.DataFrame(columns=cols)
+    t_start = int(np.nanmin(starts))
     groups = [(worker_label(r, w), g["prep_start_ns"], g["prep_dur_ns"])
               for (r, w), g in b.assign(worker_id=b["worker_id"].fillna(-1)).groupby(["rank", "worker_id"])]
     w = batches[batches["wait_dur_ns"].notna().to_numpy(dtype=bool, na_value=False)]
@@ -128,7 +131,6 @@ def overview(batches, bucket_ns: int):
         busy = _busy_per_bucket(s, e, bucket_ns)
         parts.append(pd.DataFrame({"t_ns": t_start + np.arange(len(busy), dtype=np.int64) * bucket_ns,
                                    "track": label, "share": busy / bucket_ns}))
-    cols = ["t_ns", "track", "share"]
     return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 

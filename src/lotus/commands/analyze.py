@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from pathlib import Path
 
 import click
@@ -58,8 +59,8 @@ def echo_json(obj) -> None:
 
 
 def ms(v, width: int = 9) -> str:
-    """A duration in ms, right-aligned, 3 significant digits at least."""
-    if v is None:
+    """A duration in ms, right-aligned, 3 significant digits at least; ``-`` when unknown (None, NaN)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-".rjust(width)
     if abs(v) >= 1000:
         return f"{v:,.0f}".rjust(width)
@@ -206,11 +207,12 @@ def wait(data_dir: Path, sort: str, fig_dir: Path | None, top: int, as_json: boo
     for cfg in configs_of(data_dir, summary_only=fig_dir is None):
         summary = wait_stats(cfg.summary_batches)
         table = wait_table(cfg.summary_batches, sort=sort) if summary["known"] else None
+        outcomes = outcome_summary(cfg.summary_batches)
         if as_json:
-            doc["configs"][cfg.name] = {**summary, "batches_detail": [] if table is None else
+            doc["configs"][cfg.name] = {**summary, "outcomes": outcomes, "batches_detail": [] if table is None else
                                         table.to_dict(orient="records")}
         else:
-            _print_wait(cfg.name, summary, table, top, sort, outcome_summary(cfg.summary_batches))
+            _print_wait(cfg.name, summary, table, top, sort, outcomes)
         if fig_dir is not None:
             from lotus.analysis import plotdata
             from lotus.analysis.plots import delay_plot, safe_name, save_figure, wait_plot

@@ -27,7 +27,7 @@ def throughput_cmd(data_dir: Path, as_json: bool) -> None:
         if t["samples_per_s"] is None:
             missing.append(cfg.name)
         if not as_json:
-            _print(cfg.name, t, cfg.loaders)
+            _print(cfg.name, t)
     if as_json:
         echo_json(doc)
     if missing:
@@ -37,7 +37,7 @@ def throughput_cmd(data_dir: Path, as_json: bool) -> None:
         raise click.exceptions.Exit(1)
 
 
-def _print(name: str, t: dict, loaders: dict) -> None:
+def _print(name: str, t: dict) -> None:
     if t["samples_per_s"] is None:
         click.echo(f"{name}: no steady-state rate ({t.get('note') or 'no batches'})")
         return
@@ -46,12 +46,8 @@ def _print(name: str, t: dict, loaders: dict) -> None:
     click.echo(f"{name}: {rate_text(t['samples_per_s'], t['ci95'])}{rel}{ranks}")
     click.echo(f"  steady state: {t['steady_batches']} of {t['batches']} batches, {t['window_s']:.3g} s "
                f"(loader {t['loader']})")
-    desc = next((d for (_r, lid), d in sorted(loaders.items()) if lid == t["loader"]), {}) or {}
-    w, pf = desc.get("num_workers"), desc.get("prefetch_factor")
     left = t["left_out"]
-    why = (f"{w} workers x prefetch {pf or 2}" if isinstance(w, int) and w > 0 else
-           "no workers: the first batch" if w == 0 else "loader settings unknown: the first batch")
-    click.echo(f"  left out: the ramp, {left['ramp_batches']} batch(es) ({why})"
+    click.echo(f"  left out: the ramp, {left['ramp_batches']} batch(es) ({left['ramp']})"
                + (f"; start-up, {left['startup_batches']} batch(es)" if left["startup_batches"] else ""))
     if t.get("note"):
         click.echo(f"  note: {t['note']}")

@@ -135,13 +135,12 @@ def _print(doc: dict, out: Path, fig_path: Path) -> None:
         rate = rate_text(d["samples_per_s"], d.get("ci95")) if d["measured"] else (
             f"{d['samples_per_s']:,.0f} samples/s" + (f" ({d['pi95'][0]:,.0f}-{d['pi95'][1]:,.0f})" if d.get("pi95")
                                                      else ""))
-        share = d["samples_per_s"] / d["best_samples_per_s"] if d["best_samples_per_s"] else 0.0
         click.echo(f"  demand: {d['cpus']} CPUs ({d.get('num_workers')} workers) and {d['cache_gb']:g} GB of page "
-                   f"cache reach {rate} ({share:.0%} of the best, {d['best_samples_per_s']:,.0f}; target "
+                   f"cache reach {rate} ({d['share_of_best']:.0%} of the best, {d['best_samples_per_s']:,.0f}; target "
                    f">= {doc['target']:.0%}) ({d.get('how') or ('measured' if d['measured'] else 'predicted')})")
     if doc.get("full_sweep_estimate_s"):
         click.echo(f"  a full sweep would take about {doc['full_sweep_estimate_s']:.0f} s "
-                   f"({doc['seconds'] / doc['full_sweep_estimate_s']:.0%} of it spent here)")
+                   f"({doc['share_of_full_sweep']:.0%} of it spent here)")
     for n in doc["notes"]:
         click.echo(f"  note: {n}")
     click.echo(f"  heatmap: {fig_path}")

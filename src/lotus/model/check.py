@@ -58,6 +58,7 @@ class ProbeCheck:
     loo_error: float | None = None
     tolerance: float = SLACK
     disagrees: bool = False  # the error (leave-one-out, else before) beyond the tolerance
+    note: str | None = None  # the measurement's note (why it has no interval, a wide one...)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -79,7 +80,7 @@ class ModelCheck:
         return [p for p in self.probes if p.disagrees]
 
     def to_dict(self) -> dict:
-        return {"probes": [p.to_dict() for p in self.probes], "holds": self.holds,
+        return {"probes": [p.to_dict() for p in self.probes], "holds": self.holds, "slack": SLACK,
                 "prediction_interval": self.prediction_interval, "variant": self.variant,
                 "variants": self.variants, "notes": self.notes}
 
@@ -95,6 +96,7 @@ class Probe:
     ci95: Sequence[float] | None
     key: object
     predicted_before: float | None = None
+    note: str | None = None  # the measurement's note
 
 
 def _safe(fn, *args):
@@ -114,7 +116,7 @@ def check_probes(probes: Sequence[Probe], fit: Callable[[list], object],
     for i, p in enumerate(probes):
         c = ProbeCheck(p.name, p.samples_per_s, list(p.ci95) if p.ci95 else None,
                        predicted_before=p.predicted_before, error_before=rel_error(p.predicted_before, p.samples_per_s),
-                       tolerance=tolerance(p.samples_per_s, p.ci95))
+                       tolerance=tolerance(p.samples_per_s, p.ci95), note=p.note)
         others = [q.run for j, q in enumerate(probes) if j != i]
         model = _safe(fit, others) if others else None
         if model is not None:

@@ -108,7 +108,8 @@ def worker_latencies(b, have):
         gap.append((start - prev_end)[~idle])
     lat = np.concatenate(lat) if lat else np.zeros(0)
     gap = np.concatenate(gap) if gap else np.zeros(0)
-    lat, gap = lat[np.isfinite(lat)], gap[np.isfinite(gap)]
+    # a start before its dispatch: the main and worker processes' clocks disagree (as epoch_restarts)
+    lat, gap = lat[np.isfinite(lat) & (lat >= 0)], gap[np.isfinite(gap) & (gap >= 0)]
     return (float(np.median(lat)) if lat.size else None), (float(np.median(gap)) if gap.size else None)
 
 

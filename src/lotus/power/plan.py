@@ -50,6 +50,8 @@ class Plan:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["rate_note"] = ("no interval: best is the power model's prediction, measured the bench table's nearest "
+                          "row (one measurement per point)")
         d["best"]["energy_j_per_sample"] = self.best.energy_j_per_sample
         d["best"]["tenants"] = [{"batch": ld.batch, "share_pct": round(ld.share * 100, 3)} for ld in self.best.loads]
         del d["best"]["loads"]

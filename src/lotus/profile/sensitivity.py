@@ -66,7 +66,9 @@ class Profile:
                 "dataset_bytes": self.dataset_bytes, "target": self.target,
                 "matrix": [vars(p) for p in self.matrix], "demand": self.demand, "probes": self.probes,
                 "notes": self.notes, "seconds": self.seconds, "full_sweep_estimate_s": self.full_sweep_estimate_s,
-                "model_check": self.model_check}
+                "model_check": self.model_check,
+                "share_of_full_sweep": self.seconds / self.full_sweep_estimate_s if self.full_sweep_estimate_s
+                else None}
 
 
 def _cpu_set(allowed: list[int], n: int) -> list[int]:
@@ -185,7 +187,7 @@ class _Search:
         self.variants = _variants(bps)
         self.hits, self.dataset_bytes = hits, dataset_bytes
         self.probes: list = []  # lotus.model.check.Probe, in the order they ran
-        self.model, self.check = None, None
+        self.model, self.check, self.unfit = None, None, None
 
     def rate(self, model, key) -> float | None:
         cpus, gb, workers = key
@@ -205,7 +207,7 @@ class _Search:
         from lotus.model.check import Probe
 
         self.probes.append(Probe(probe["name"], run, probe["samples_per_s"], probe.get("ci95"), key,
-                                 predicted_before))
+                                 predicted_before, probe.get("note")))
         probe["predicted_before"] = predicted_before
         self.refit()
 
@@ -213,7 +215,13 @@ class _Search:
         from lotus.model.check import choose_variant
 
         name, self.check = choose_variant(self.probes, self.variants, self.rate)
-        self.model = self.variants[name]([p.run for p in self.probes])
+        try:
+            self.model = self.variants[name]([p.run for p in self.probes])
+            self.unfit = None
+        except Exception as exc:  # a model that cannot be fitted: measured points only, said plainly
+            _log.warning("the model could not be fitted: %s", exc)
+            self.model, self.unfit = None, str(exc) or type(exc).__name__
+            self.check.holds = False
 
 
 def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600, cpus_grid: list[int] | None = None,
@@ -245,8 +253,7 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
         profile.notes.append("the dataset's files are unknown: memory is not profiled (CPUs only) and every probe "
                              "ran with the page cache as found")
     dataset_gb = (profile.dataset_bytes or 0) / GB
-    profile.cache_grid_gb = cache_grid_gb or ([round(dataset_gb * f, 3) for f in (0, 0.25, 0.5, 0.75, 1.0)]
-                                              if profile.dataset_bytes else [])
+    profile.cache_grid_gb = cache_grid_gb or (mx.cache_grid(dataset_gb) if profile.dataset_bytes else [])
     top_gb = profile.cache_grid_gb[-1] if profile.cache_grid_gb else 0.0
     first_run = load_run(first["trace_dir"])
     hits = _hit_rates(first_run, profile.dataset_bytes)
@@ -317,7 +324,11 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
             break
     chk = search.check
     profile.model_check = chk.to_dict() if chk is not None else None
-    profile.notes += [stop, *(chk.notes if chk is not None else []), *order_notes]
+    if search.unfit is not None:
+        profile.notes.append(f"the model could not be fitted ({search.unfit}): measured points only, the others "
+                             "interpolated between measured CPU counts or unknown")
+    doubt = mx.demand_doubt(profile.matrix, profile.demand, target)
+    profile.notes += [stop, *(chk.notes if chk is not None else []), *order_notes, *([doubt] if doubt else [])]
     if chk is not None and chk.holds is False:
         left = [p for p in profile.matrix if p.how == "predicted"]
         if left:
@@ -336,7 +347,12 @@ def _matrix(search: _Search, grid, profile: Profile, hits, failed, measured, chk
     """The matrix: measured points as measured, the rest predicted by the model chosen by cross-validation
     (with its prediction interval) or, where the model does not hold, interpolated between measured CPU
     counts."""
-    matrix = mx.predict(search.model, grid, profile.cache_grid_gb, hits, profile.dataset_bytes, exclude=failed)
+    if search.model is None:  # no model: every point unmeasured until measured (or interpolated)
+        matrix = [mx.Point(cpus=c, cache_gb=gb, samples_per_s=None, measured=False, how="unknown",
+                           num_workers=mx.default_workers(c), model_num_workers=mx.default_workers(c))
+                  for gb in (profile.cache_grid_gb or [0.0]) for c in grid]
+    else:
+        matrix = mx.predict(search.model, grid, profile.cache_grid_gb, hits, profile.dataset_bytes, exclude=failed)
     mx.apply_measured(matrix, measured)
     if chk is not None and chk.holds is False:
         mx.interpolate(matrix)

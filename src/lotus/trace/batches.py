@@ -145,12 +145,22 @@ def empty_batches(attrs):
     return out
 
 
-def batches_from_joined(df, attrs, *, only_batches: bool = True):
+def warn_clock_skew(where: str, delays: int, queues: int) -> None:
+    """One warning when batches reached the main process before their preparation ended (by the traces'
+    clocks): delays and queue times of those batches are unknown."""
+    if delays or queues:
+        _log.warning("%s: %d batch(es) handed over before their preparation ended by the trace's clocks: the "
+                     "processes' clocks disagree; their delay and queue times are left unknown", where,
+                     max(delays, queues))
+
+
+def batches_from_joined(df, attrs, *, only_batches: bool = True, warn_clocks: bool = True):
     """The batches DataFrame from the outer join of the per-event-kind parts on :data:`KEY` (KEY columns,
     then the columns of :data:`_PARTS`, :data:`_SUMS`, ``_collate_n``, ``_n_sample``/``_n_load`` of the
     kinds present, nullable Int64); ``attrs``: the events' attrs. Shared by :func:`batches_from_events`
     and the scan engine's :class:`lotus.trace.batchtable.BatchTable` (whose rows are batches already:
-    ``only_batches=False``, its counts in ``attrs``)."""
+    ``only_batches=False``, its counts in ``attrs``; it warns of clocks that disagree itself:
+    ``warn_clocks=False``)."""
     import pandas as pd
 
     if only_batches:
@@ -180,8 +190,12 @@ def batches_from_joined(df, attrs, *, only_batches: bool = True):
     out["buffered"] = (wflags.where(wflags >= 0) & 1).astype("boolean")
     out["consumed_ns"] = col("consumed_ns").astype("Int64")
     out["step_dur_ns"] = col("step_dur_ns").astype("Int64")
-    out["delay_ns"] = out["consumed_ns"] - out["prep_end_ns"]
-    out["queue_ns"] = out["arrive_ns"] - out["prep_end_ns"]
+    delay, queue = out["consumed_ns"] - out["prep_end_ns"], out["arrive_ns"] - out["prep_end_ns"]
+    # a batch handed over before it was ready: the main and worker processes' clocks disagree (files on
+    # different clock domains): no delay or queue time, rather than a negative one
+    out["delay_ns"], out["queue_ns"] = delay.where(~(delay < 0)), queue.where(~(queue < 0))
+    if warn_clocks:
+        warn_clock_skew(attrs.get("path", "trace"), int((delay < 0).sum()), int((queue < 0).sum()))
     for c, valid in (("gpu_wait_ns", "_gpu_wait_valid"), ("gpu_step_ns", "_gpu_step_valid")):
         v = col(c).astype("Int64")
         ok = col(valid).astype("Int64")

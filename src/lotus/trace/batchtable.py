@@ -126,7 +126,20 @@ class BatchTable:
             self._drop(drop)
         keep = self.counts > 0
         self.keys, self.counts = self.keys[keep], self.counts[keep]
+        self._warn_clocks()
         return self
+
+    def _warn_clocks(self) -> None:
+        """:func:`lotus.trace.batches.warn_clock_skew` of the table (batches_from_joined's warning)."""
+        from lotus.trace.batches import warn_clock_skew
+
+        late = {"consumed_ns": 0, "arrive_ns": 0}
+        for v in self.views():
+            end, e_ok = v.values("prep_end_ns")
+            for c in late:
+                t, ok = v._stored(c)
+                late[c] += int((ok & e_ok & (t < end)).sum())
+        warn_clock_skew(self.attrs.get("path", "trace"), late["consumed_ns"], late["arrive_ns"])
 
     def look_rows(self) -> np.ndarray:
         """Rows that may not be batches (only_batches)."""
@@ -187,10 +200,10 @@ class BatchTable:
             va, oka = self._stored("prep_start_ns", rows)
             vb, okb = self._stored("prep_dur_ns", rows)
             return va + vb, oka & okb
-        if name in ("delay_ns", "queue_ns"):
+        if name in ("delay_ns", "queue_ns"):  # < 0: clocks that disagree (batches_from_joined): unknown
             end, e_ok = self.values("prep_end_ns", rows)
             v, ok = self._stored("consumed_ns" if name == "delay_ns" else "arrive_ns", rows)
-            return v - end, ok & e_ok
+            return v - end, ok & e_ok & (v >= end)
         if name == "failed":  # -1: no flags (original logs)
             f = self.failed()
             return (f if rows is None else f[rows]).astype(np.int64), np.ones(n, bool)
@@ -253,7 +266,7 @@ class BatchTable:
             cols[c] = pd.arrays.IntegerArray(v, ~ok)
         joined = pd.DataFrame(cols, copy=False)
         del cols
-        out = batches_from_joined(joined, self.attrs, only_batches=False)
+        out = batches_from_joined(joined, self.attrs, only_batches=False, warn_clocks=False)
         engine = self.attrs.get("op_engine")
         if engine is not None:
             from lotus.trace.rescan import fill_sample_counts

@@ -22,6 +22,20 @@ from lotus.trace.parts import is_trace_name
 KINETO_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 
 
+class FileList(list):
+    """The files read of a run, as kept in a DataFrame's ``attrs["files"]``. pandas deep-copies ``attrs`` on
+    every operation: for a run of many files (non-persistent workers restart every epoch; rotated parts) that
+    copy cost more than the operations (8 workers x 50 epochs, 401 files: `lotus report --no-figures` 3.4 s,
+    0.6 s without it; `analyze verdict` 1.45 s, 0.16 s). The list is never changed once read, so a copy of it
+    is the list itself."""
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):
+        return self
+
+
 @dataclass
 class Run:
     """The trace files of one run."""

@@ -34,7 +34,7 @@ import numpy as np
 
 from lotus.errors import InputError
 from lotus.trace import schema as S
-from lotus.trace.discover import Run, find_run
+from lotus.trace.discover import FileList, Run, find_run
 from lotus.trace.native import read_header
 from lotus.trace.original import PLACEHOLDER_WAIT_NS, read_original_log, release_freed_memory
 from lotus.trace.packed import expand_main_batches
@@ -52,18 +52,6 @@ _ROLES = ["main", "worker"]
 _DTYPES = {"code": np.int32, "start_ns": np.int64, "dur_ns": np.int64, "pid": np.int32, "role": np.int8,
            "worker_id": np.int32, "rank": np.int32, "loader": np.int32, "epoch": np.int32,
            "batch_id": np.int64, "sample": np.int64, "arg": np.int64}
-
-
-class FileList(list):
-    """``events.attrs["files"]``: one entry per trace file. pandas deep-copies a frame's attrs into every frame
-    and series derived from it; a run of thousands of files (64 ranks of 41 files) made each of those copies
-    cost more than the operation. Copies share this list (nothing changes it once the frame is made)."""
-
-    def __deepcopy__(self, memo):
-        return self
-
-    def __copy__(self):
-        return self
 
 
 @dataclass
@@ -361,7 +349,7 @@ def events_of_run(run: Run, *, sort: bool = False):
     df = pd.DataFrame(columns, copy=False)
     df.attrs["run"] = run.name
     df.attrs["path"] = str(run.path)
-    df.attrs["files"] = FileList(acc.files)
+    df.attrs["files"] = FileList(acc.files)  # shared by the frames made from it
     return df
 
 

@@ -69,7 +69,8 @@ class OpEngine:
         """Ops present, in pipeline order: load, transform ops by first occurrence, transform, sample, collate."""
         self._need_op_stats()
         present = {self.names[c]: self.first[c] for c, k in zip(self.slot_codes, range(len(self.slot_codes)),
-                                                              strict=True) if self.moments.n[k] > 0}
+                                                              strict=True)
+                   if k < len(self.moments.n) and self.moments.n[k] > 0}  # no op seen at all: no moments
         ops = sorted((i, n) for n, i in present.items() if n not in OP_BUILTINS)
         return ([n for n in ("load",) if n in present] + [n for _, n in ops]
                 + [n for n in ("transform", "sample", "collate") if n in present])

@@ -161,7 +161,7 @@ def op_mean_ci95(engine: OpEngine, exclude_keys=None) -> dict[int, list[float] |
         mean = st / sc
         ss = max(stt - 2 * mean * stc + mean * mean * scc, 0.0)
         se = np.sqrt(ss / (units * (units - 1))) / (sc / units)
-        out[k] = [float(mean - 1.96 * se), float(mean + 1.96 * se)]
+        out[k] = [max(float(mean - 1.96 * se), 0.0), float(mean + 1.96 * se)]  # a mean of times: >= 0
     return out
 
 

@@ -45,7 +45,7 @@ import numpy as np
 from lotus.errors import InputError
 from lotus.trace import schema as S
 from lotus.trace.batchparts import SparseBatchIds
-from lotus.trace.discover import Run
+from lotus.trace.discover import FileList, Run
 from lotus.trace.moments import _Moments  # noqa: F401 - lotus.trace.rescan's
 from lotus.trace.native import read_header
 from lotus.trace.opengine import OpEngine
@@ -203,7 +203,7 @@ def _frame(acc, run: Run):
     """The events DataFrame of the kept rows (the columns and categories of ``load_events``)."""
     import pandas as pd
 
-    from lotus.trace.events import EVENT_COLUMNS, FileList, _unique_labels
+    from lotus.trace.events import EVENT_COLUMNS, _unique_labels
 
     code = acc.column("code")
     cat_names = sorted(set(acc.cats))
@@ -216,5 +216,5 @@ def _frame(acc, run: Run):
     df = pd.DataFrame(columns, copy=False)
     df.attrs["run"] = run.name
     df.attrs["path"] = str(run.path)
-    df.attrs["files"] = FileList(acc.files)
+    df.attrs["files"] = FileList(acc.files)  # shared by the frames made from it
     return df

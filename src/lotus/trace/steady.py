@@ -39,6 +39,8 @@ MAX_BLOCKS = 30  # at most this many blocks (longer blocks: less correlation bet
 MIN_ROUNDS = 2  # a window shorter than this many rounds of all workers is not a steady state
 STARTUP_FACTOR = 5.0  # a leading gap this many times the window's median gap is start-up
 MAX_STARTUP = 3  # at most this many leading batches are dropped as start-up
+RUN_SPREAD = 0.015  # run-to-run relative sd added to a reported rate's interval (LOTUS_RUN_SPREAD overrides)
+RUN_SPREAD_DOF = 20  # the confidence in it, as degrees of freedom
 PHASE_FLOOR = 0.5  # share of a uniform phase's variance always counted for a window cut mid-epoch
 PRECISION = 0.03  # the probes' target: a steady rate known to +-3% (95%); wider intervals get a note
 
@@ -68,7 +70,8 @@ class SteadyRate:
     extra: dict = field(default_factory=dict, compare=False)
     se: float | None = None  # standard error of samples_per_s (samples/s)
     dof: int | None = None  # its degrees of freedom
-    run_rel_sd: float | None = None  # the run-to-run spread added to ci95 (relative), where it was measured
+    run_rel_sd: float | None = None  # the run-to-run spread added to ci95 (relative sd)
+    within_ci95: tuple[float, float] | None = None  # the interval from this run's hand-offs alone, before it
 
     @property
     def rel_halfwidth(self) -> float | None:
@@ -81,7 +84,8 @@ class SteadyRate:
         return {"samples_per_s": self.samples_per_s, "ci95": list(self.ci95) if self.ci95 else None,
                 "rel_halfwidth": self.rel_halfwidth, "batches": self.batches, "samples": self.samples,
                 "window_s": self.window_s, "ramp_batches": self.ramp_batches,
-                "startup_batches": self.startup_batches, "blocks": self.blocks, "note": self.note}
+                "startup_batches": self.startup_batches, "blocks": self.blocks, "note": self.note,
+                "within_ci95": list(self.within_ci95) if self.within_ci95 else None, "run_rel_sd": self.run_rel_sd}
 
 
 def interval_note(rel_halfwidth: float | None, target: float = PRECISION, window_s: float | None = None) -> str | None:
@@ -249,10 +253,10 @@ def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int)
     k = len(re)
     if k >= 2:
         parts_v.append((k * float(np.var(re, ddof=1)), k - 1))
-    elif k == 1:
+    elif k == 1:  # an assumed spread, not one estimated from a single restart: the blocks' dof
         gap_s = float(e_re[0][1][0])
         rel = math.sqrt(max(v_in, 0.0) / m) / (rate * total_d / m) if rate and total_d > 0 else 0.0
-        parts_v.append(((max(rel, 0.2) * rate * gap_s) ** 2, 1))
+        parts_v.append(((max(rel, 0.2) * rate * gap_s) ** 2, m - 1))
     if k:
         in_s = sum(float(x[1].sum()) for x in e_in)
         pace = sum(float(x[2].sum()) for x in e_in) / in_s if in_s > 0 else rate  # samples/s inside epochs
@@ -264,7 +268,7 @@ def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int)
         wander = 2 * float(np.std(cyc, ddof=1)) * math.sqrt(k) / cyc.mean() if len(cyc) >= 2 else 1.0
         spread = min(1.0, max(PHASE_FLOOR, wander ** 2))
         if excess > 0:
-            parts_v.append((spread * (rate * excess) ** 2 / 6.0, max(k - 1, 1)))
+            parts_v.append((spread * (rate * excess) ** 2 / 6.0, k - 1 if k >= 2 else m - 1))
     v = sum(x for x, _ in parts_v)
     den = sum(x ** 2 / f for x, f in parts_v if f > 0 and x > 0)
     dof = v ** 2 / den if den > 0 else m - 1
@@ -274,7 +278,12 @@ def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int)
 def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=None, epochs=None) -> SteadyRate:
     """The steady-state rate of sorted hand-off times ``t_ns`` (ns) carrying ``samples`` each (default 1:
     a rate of batches); ``ramp`` batches left out at the start (of each segment, with ``segments``)."""
-    t_all = np.asarray(t_ns, dtype=np.float64)
+    t_all = np.asarray(t_ns)
+    # from the first hand-off, in integer ns first: wall-clock ns in float64 are 256 ns apart (a window's
+    # seconds were off by up to half a microsecond: the loop "waited 100.002% of the window")
+    if t_all.dtype.kind in "iu" and len(t_all):
+        t_all = t_all - t_all[0]
+    t_all = t_all.astype(np.float64)
     n_all = np.ones(len(t_all)) if samples is None else np.nan_to_num(np.asarray(samples, dtype=np.float64))
     seg = np.zeros(len(t_all), dtype=np.int64) if segments is None else np.asarray(segments)
     round_len = max(int(workers), 1)
@@ -333,6 +342,26 @@ def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=Non
                       dof=spread.dof if spread else None)
 
 
+def default_run_spread() -> float:
+    """The run-to-run spread added to every reported rate: ``$LOTUS_RUN_SPREAD`` (a fraction; 0: none) or
+    :data:`RUN_SPREAD`. Separate runs of one job on one host differ by more than one run's hand-offs show
+    (CPU clocks, placement, neighbours): measured in ``benchmarks/calibration.py`` repeats (each its own
+    process), steady CPU jobs on 2 CPUs of the GPU host spread 0.8-1.8% (sd) where their own intervals
+    said +-0.2% for the steadiest (docs/intervals.md). More batches cannot narrow it: the probes' stop
+    rule (lotus.dataloader.probe) judges the within-run interval alone."""
+    import os
+
+    raw = os.environ.get("LOTUS_RUN_SPREAD")
+    if raw:
+        try:
+            v = float(raw)
+            if 0 <= v < 1:
+                return v
+        except ValueError:
+            pass
+    return RUN_SPREAD
+
+
 def run_spread(rates) -> tuple[float | None, int]:
     """The spread between separate runs of one configuration beyond what each run's own interval explains:
     ``(relative sd, degrees of freedom)``; ``(None, 0)`` with fewer than two runs with an interval.
@@ -359,12 +388,12 @@ def with_run_spread(r: SteadyRate, rel_sd: float | None, dof: int) -> SteadyRate
 
     v_in, v_run = r.se ** 2, (rel_sd * r.samples_per_s) ** 2
     v = v_in + v_run
-    if v <= 0:
+    if v <= 0 or v_run <= 0:
         return replace(r, run_rel_sd=rel_sd)
-    df = v ** 2 / ((v_in ** 2 / r.dof if r.dof else 0.0) + v_run ** 2 / dof) if v_run > 0 else (r.dof or 1)
+    df = v ** 2 / ((v_in ** 2 / r.dof if r.dof else 0.0) + v_run ** 2 / dof)
     hw = t975(max(int(df), 1)) * math.sqrt(v)
     return replace(r, ci95=(max(r.samples_per_s - hw, 0.0), r.samples_per_s + hw), se=math.sqrt(v),
-                   dof=max(int(df), 1), run_rel_sd=rel_sd)
+                   dof=max(int(df), 1), run_rel_sd=rel_sd, within_ci95=r.ci95)
 
 
 def combine(rates: list[SteadyRate]) -> tuple[float | None, tuple[float, float] | None]:

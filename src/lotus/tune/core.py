@@ -112,7 +112,7 @@ def check_model(s: Session):
         m = e.measurement
         w = m.settings.over(m.effective or LoaderSettings()).num_workers or 0
         probes.append(Probe(e.name, m, m.samples_per_s, m.ci95, (w, m.settings.with_(num_workers=None)),
-                            e.predicted_samples_per_s))
+                            e.predicted_samples_per_s, m.note))
 
     def predict(model, key):
         w, rest = key
