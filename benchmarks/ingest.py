@@ -23,6 +23,14 @@ whatif`` and ``lotus tune`` start with), the same way; ``$LOTUS_BENCH_MODEL`` na
 fitted model's JSON (to compare engines or versions)::
 
     python benchmarks/ingest.py --cli --fit --events 10000000,100000000 --epochs 10 --dir /tmp/lotus17
+
+``--jobs 1,2`` (with ``--cli``; issue 26: the scan on every core) runs each command once per value J,
+pinned to the first J CPUs (``taskset -c 0`` for 1) with ``$LOTUS_JOBS=J``, in turn, ``--repeat`` times,
+and reports besides the child's own peak (``VmHWM``) the peak of the summed resident memory of it and
+its worker processes (sampled every 20 ms), the speed-up over J=1 and whether the ``--json`` outputs are
+byte-identical; ``--ranks R`` generates runs of R ranks::
+
+    python benchmarks/ingest.py --cli --events 100000000 --epochs 10 --jobs 1,2 --repeat 5 --dir /tmp/lotus26
 """
 
 from __future__ import annotations
@@ -87,32 +95,71 @@ def measure(run: Path, repeat: int) -> dict:
             "cpus": results[0]["cpus"], "runs": [r["seconds"] for r in results]}
 
 
-def cli_once(cmd: str, run: Path, engine: str) -> tuple[float, int]:
+def cli_once(cmd: str, run: Path, engine: str, jobs: int | None = None, out=None, env: dict | None = None
+             ) -> tuple[float, int]:
     """(seconds, peak RSS bytes) of ``lotus analyze CMD -d RUN`` in a fresh process.
 
     The peak is the child's own ``VmHWM`` at exit, written to a file: ``ru_maxrss`` from ``wait4`` also
     counts the parent's resident pages that a forked child holds until it execs (a parent that has just
-    generated a large trace would inflate it)."""
+    generated a large trace would inflate it). ``jobs``: pinned to that many CPUs with ``$LOTUS_JOBS``;
+    ``out``: a file for its ``--json`` output; ``env``: more environment."""
     import time
 
     with tempfile.NamedTemporaryFile("r", suffix=".hwm") as hwm:
-        env = {**os.environ, "LOTUS_ENGINE": engine, "LOTUS_BENCH_HWM": hwm.name}
+        env = {**os.environ, **(env or {}), "LOTUS_ENGINE": engine, "LOTUS_BENCH_HWM": hwm.name}
+        cpus = 2 if jobs is None else jobs
+        if jobs is not None:
+            env["LOTUS_JOBS"] = str(jobs)
         pre = ("import os, atexit\n"
-               "os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])\n"
+               f"os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:{cpus}])\n"
                "def _hwm():\n"
                "    kb = [int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM')][0]\n"
                "    open(os.environ['LOTUS_BENCH_HWM'], 'w').write(str(kb * 1024))\n"
                "atexit.register(_hwm)\n")
         pre += _FIT if cmd == "fit" else "from lotus.cli import main\nmain()\n"
         t = time.perf_counter()
-        p = subprocess.Popen([sys.executable, "-c", pre, "analyze", cmd, "-d", str(run)], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        args = ["analyze", cmd, "-d", str(run)] + (["--json"] if out is not None else [])
+        p = subprocess.Popen([sys.executable, "-c", pre, *args], env=env,
+                             stdout=subprocess.DEVNULL if out is None else out, stderr=subprocess.PIPE)
+        tree = _TreePeak(p.pid) if jobs is not None else None
         _, status, usage = os.wait4(p.pid, 0)
         dt = time.perf_counter() - t
+        if tree is not None:
+            cli_once.tree_peak = tree.stop()
         if status != 0:
             raise SystemExit(f"lotus analyze {cmd} failed on {run}: {p.stderr.read().decode()[-500:]}")
         text = Path(hwm.name).read_text().strip()
     return dt, int(text) if text else usage.ru_maxrss * 1024
+
+
+class _TreePeak:
+    """The peak of the summed resident memory of a process and its descendants, sampled every 20 ms."""
+
+    def __init__(self, pid: int):
+        import threading
+
+        import psutil
+
+        self.peak, self.done = 0, threading.Event()
+        self.proc = psutil.Process(pid)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self.done.is_set():
+            try:
+                procs = [self.proc, *self.proc.children(recursive=True)]
+                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs))
+            except psutil.Error:
+                pass
+            self.done.wait(0.02)
+
+    def stop(self) -> int:
+        self.done.set()
+        self.thread.join()
+        return self.peak
 
 
 _FIT = ("import sys\n"
@@ -123,12 +170,12 @@ _FIT = ("import sys\n"
         "    open(os.environ['LOTUS_BENCH_MODEL'], 'w').write(dumps(model.to_dict()))\n")
 
 
-def _generate(run: Path, n: int, epochs: int) -> None:
+def _generate(run: Path, n: int, epochs: int, ranks: int = 1) -> None:
     """The synthetic run, written by a child process (so that this process stays small)."""
     code = ("import sys\nfrom lotus.trace.synthetic import spec_for_events, write_native\n"
             "write_native(sys.argv[1], spec_for_events(int(sys.argv[2]), 'lotus', n_workers=4, batch_size=32, "
-            "epochs=int(sys.argv[3])))\n")
-    subprocess.run([sys.executable, "-c", code, str(run), str(n), str(epochs)], check=True)
+            "epochs=int(sys.argv[3]), ranks=int(sys.argv[4])))\n")
+    subprocess.run([sys.executable, "-c", code, str(run), str(n), str(epochs), str(ranks)], check=True)
 
 
 def cli_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: int = 1,
@@ -174,10 +221,23 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1,
                     help="with --cli: epochs of the synthetic run (1B events fit in memory as 10 epochs)")
     ap.add_argument("--dir", type=Path, default=None, help="where to generate traces (kept); default a temp dir")
+    ap.add_argument("--jobs", default="", help="with --cli: comma-separated process counts to compare (see above)")
+    ap.add_argument("--ranks", type=int, default=1, help="with --jobs: ranks of the synthetic run")
     args = ap.parse_args()
     ctx = tempfile.TemporaryDirectory() if args.dir is None else None
     root = Path(ctx.name) if ctx else args.dir
     root.mkdir(parents=True, exist_ok=True)
+    if args.cli and args.jobs:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from scale import jobs_bench  # issue 26's benchmarks live there
+
+        try:
+            print(json.dumps(jobs_bench([int(x) for x in args.events.split(",")], root, args.repeat, args.engine,
+                                        args.epochs, args.ranks, [int(x) for x in args.jobs.split(",")])))
+        finally:
+            if ctx:
+                ctx.cleanup()
+        return
     if args.cli:
         try:
             print(json.dumps(cli_bench([int(x) for x in args.events.split(",")], root, args.repeat, args.engine,

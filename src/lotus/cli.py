@@ -2,7 +2,8 @@
 
 Subcommands live in :mod:`lotus.commands`; each one only parses options, calls a pure function of
 the library and writes files. This module is the one place that turns a :class:`LotusError` into a
-one-line message and an exit code (1 for bad input, 2 for usage errors, 3 for a failed gate).
+one-line message and an exit code (1 for bad input, 2 for usage errors and an unreachable cluster, 3 for
+a failed gate).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except LotusError as exc:
             click.echo(f"lotus: error: {exc}", err=True)
-            ctx.exit(1)
+            ctx.exit(getattr(exc, "exit_code", 1))
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except KeyboardInterrupt:

@@ -9,6 +9,12 @@ class LotusError(Exception):
     """Base class of the errors lotus reports as a one-line message (exit code 1 in the CLI)."""
 
 
+class ClusterError(LotusError):
+    """The cluster named by ``--cluster`` / ``$LOTUS_CLUSTER`` cannot be used (exit code 2 in the CLI)."""
+
+    exit_code = 2
+
+
 class InputError(LotusError):
     """Bad or missing input data: names the file and, where known, the line."""
 

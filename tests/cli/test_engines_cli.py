@@ -8,7 +8,8 @@ import pytest
 
 from tests.cli.conftest import run
 
-SAME_TEXT = [("analyze", "verdict"), ("analyze", "wait"), ("analyze", "gpu"), ("analyze", "throughput"), ("info",)]
+SAME_TEXT = [("analyze", "verdict"), ("analyze", "wait"), ("analyze", "gpu"), ("analyze", "throughput"),
+             ("analyze", "ranks"), ("info",)]
 
 
 def both(monkeypatch, *args):

@@ -1,7 +1,7 @@
 """Every command that prints or writes numbers, run on one trace directory, and its outputs checked.
 
 ``check_run(run_dir, out_dir)`` runs (in this process, through click's runner) ``info``, ``analyze
-stats|wait|verdict|gpu|throughput`` (text and ``--json``), ``report`` (HTML and report.json), ``whatif``,
+stats|wait|verdict|gpu|throughput|ranks`` (text and ``--json``), ``report`` (HTML and report.json), ``whatif``,
 ``diff`` (against another run), ``viz`` and the figures' data frames, and returns every
 broken invariant of :mod:`tests.invariants.rules`: in each output, between an output's text and its JSON,
 between the report and the commands it repeats, and of the rates against the trace's batches.
@@ -108,7 +108,7 @@ def check_run(run_dir: Path, out_dir: Path, *, text: bool = True, diff_with: Pat
     docs = {}
     for name, args in (("info", ["info"]), ("stats", ["analyze", "stats"]), ("wait", ["analyze", "wait"]),
                        ("verdict", ["analyze", "verdict"]), ("gpu", ["analyze", "gpu"]),
-                       ("throughput", ["analyze", "throughput"])):
+                       ("throughput", ["analyze", "throughput"]), ("ranks", ["analyze", "ranks"])):
         v, docs[name] = _pair([*args, "-d", run_dir], text)
         out += v
     rep = lotus("report", "-d", run_dir, "-o", out_dir / "report.html", "--no-figures")

@@ -44,6 +44,9 @@ _LAZY = {
     "loop_spans": "lotus.analysis.diagnosis",
     "worker_utilisation": "lotus.analysis.diagnosis",
     "slowest_ops": "lotus.analysis.diagnosis",
+    # ranks and nodes: stragglers
+    "rank_report": "lotus.analysis.ranks",
+    "step_table": "lotus.analysis.collective",
     # diff, info, export
     "diff_runs": "lotus.analysis.diff",
     "batch_changes": "lotus.analysis.diff",

@@ -53,6 +53,10 @@ def build_report(configs, *, remove_outliers: bool = False, data_dir: str | None
             "throughput": _throughput(c),
             "trends": trends(c.events, c.batches),
         }
+        if len({int(f.get("rank") or 0) for f in c.files}) > 1:  # a distributed run: its stragglers
+            from lotus.analysis.ranks import rank_report
+
+            out["configs"][c.name]["ranks"] = rank_report(c.events, c.batches, c.loaders, c.files)
     if data_dir is not None:
         from lotus.analysis.profiles import find_profiles
 
@@ -118,6 +122,8 @@ def _config_section(name: str, c: dict) -> str:
               _fmt(w["delay_ms"]["median"]), _fmt(hol["blocked_ms"]), _fmt(hol["in_order_false_saving_ms"])]]))
     else:
         parts.append(f'<h3>Wait and delay</h3><p class="muted">Wait unknown: {html.escape(w["reason"])}.</p>')
+    if c.get("ranks"):
+        parts.append(_ranks_section(c["ranks"]))
     parts.append(_trends_section(c.get("trends") or {}))
     workers = v["workers"]["per_worker"]
     if workers:
@@ -157,6 +163,32 @@ def render_html(report: dict, figures: list[tuple[str, bytes]] = (), *, title: s
                          f"<figcaption>{html.escape(caption)}</figcaption></figure>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _ranks_section(r: dict) -> str:
+    """Stragglers across ranks and nodes (:func:`lotus.analysis.ranks.rank_report`)."""
+    from lotus.analysis.htmlfmt import interval
+    from lotus.analysis.ranks import straggler_text
+
+    def rows(items, lead):
+        return [[*lead(x), _fmt(x["samples_per_s"]),
+                 interval(x.get("ci95") or ([x["ci95_lo"], x["ci95_hi"]] if x.get("ci95_lo") is not None else None)),
+                 _pct(x["wait_share"]), html.escape(x["slowest_op"] or "-"), _pct(x["slowest_op_share"]),
+                 _pct(x["worker_busy_share"]), _pct(x["gpu_data_idle_share"]), _pct(x["slowest_share"]),
+                 _fmt(x["held_s"]), _fmt(x["held_input_s"]), _fmt(x["held_step_s"])] for x in items]
+
+    head = ["samples/s", "95% CI", "loop waiting", "slowest op", "its share", "workers busy", "GPU idle (data)",
+            "slowest at (steps)", "others waited (s)", "input", "step"]
+    out = [f"<h3>Ranks and nodes</h3><p>{html.escape(straggler_text(r['straggler'], r['collective']))}.</p>"]
+    if r["missing_ranks"]:
+        out.append(f'<p class="muted">No trace files of rank(s) {", ".join(map(str, r["missing_ranks"]))} '
+                   f'(world size {r["world_size"]}).</p>')
+    out.append(_table(["rank", "node", *head],
+                      rows(r["ranks"], lambda x: [str(x["rank"]), html.escape(str(x["node"]))])))
+    if len(r["nodes"]) > 1:
+        out.append(_table(["node", "ranks", *head], rows(r["nodes"], lambda x: [
+            html.escape(str(x["node"])), html.escape(", ".join(map(str, x["ranks"])))])))
+    return "\n".join(out)
 
 
 def _trends_section(t: dict) -> str:

@@ -150,17 +150,19 @@ def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary
     cannot be read is skipped with a warning.
     """
     from lotus.trace.discover import find_runs
+    from lotus.trace.native import header_cache
 
-    runs = find_runs(data_dir)
-    yielded = 0
-    for run in runs:
-        try:
-            cfg = _config_of(run, engine, summary_only, census=census)
-        except InputError as exc:
-            _log.warning("%s; run %s skipped", exc, run.name)
-            continue
-        yielded += 1
-        yield cfg
+    with header_cache():  # which runs, then each run's scan: the headers read once
+        runs = find_runs(data_dir)
+        yielded = 0
+        for run in runs:
+            try:
+                cfg = _config_of(run, engine, summary_only, census=census)
+            except InputError as exc:
+                _log.warning("%s; run %s skipped", exc, run.name)
+                continue
+            yielded += 1
+            yield cfg
     if not yielded:
         raise InputError("no readable run here or below", data_dir)
 
@@ -176,5 +178,7 @@ def load_config(path: str | os.PathLike, *, engine: str = "memory", summary_only
     ``op_stats=False``: a scanned run keeps no per-op statistics (:func:`lotus.trace.scan.scan_run`);
     ``census``: see :func:`iter_configs`."""
     from lotus.trace.discover import find_run
+    from lotus.trace.native import header_cache
 
-    return _config_of(find_run(path), engine, summary_only, op_stats, census)
+    with header_cache():
+        return _config_of(find_run(path), engine, summary_only, op_stats, census)

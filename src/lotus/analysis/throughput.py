@@ -59,11 +59,14 @@ def _workers(desc: dict | None) -> int:
     return w if isinstance(w, int) and w > 0 else 0
 
 
+_RATE_COLUMNS = ("rank", "loader", "epoch", "consumed_ns", "n_samples", "prep_dur_ns", "wait_dur_ns", "failed")
+
+
 def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
     """{(rank, loader): (SteadyRate, batches, samples)} of every loader that handed out a batch."""
     from lotus.trace.batches import ok_batches
 
-    b = ok_batches(batches)
+    b = ok_batches(batches[[c for c in _RATE_COLUMNS if c in batches.columns]])  # a group's columns: cheap slices
     b = b[b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]
     if replayed_only:
         b = b[b["prep_dur_ns"].isna().to_numpy(dtype=bool, na_value=True)]
@@ -91,6 +94,15 @@ def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = 
     return out
 
 
+def main_loader(rates: dict) -> int | None:
+    """The loader that handed out the most batches over all ranks (:func:`loader_rates`' keys), the lowest
+    id among equals: the training loader when a script also validates."""
+    by_loader: dict[int, int] = {}
+    for (_rank, loader), (_r, nb, _ns) in rates.items():
+        by_loader[loader] = by_loader.get(loader, 0) + nb
+    return max(sorted(by_loader), key=lambda lid: by_loader[lid]) if by_loader else None
+
+
 def loader_throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False):
     """One row per (rank, loader): batches, samples, the steady window's batches/samples/seconds,
     samples_per_s with its 95% interval (``ci95_lo``, ``ci95_hi``), what was left out. ``replayed_only``:
@@ -114,10 +126,7 @@ def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = Fa
     if not rates:
         return {"samples_per_s": None, "ci95": None, "batches": 0, "samples": 0, "loader": None, "loaders": [],
                 "note": "no batch was handed to the loop"}
-    by_loader: dict[int, int] = {}
-    for (_rank, loader), (_r, nb, _ns) in rates.items():
-        by_loader[loader] = by_loader.get(loader, 0) + nb
-    main = max(sorted(by_loader), key=lambda lid: by_loader[lid])
+    main = main_loader(rates)
     mine: list[tuple[SteadyRate, int, float]] = [v for (_rk, lid), v in rates.items() if lid == main]
     total, ci = combine([r for r, _, _ in mine])
     notes = sorted({r.note for r, _, _ in mine if r.note})

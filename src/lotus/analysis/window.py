@@ -88,10 +88,11 @@ def window_events(events, t0: int, t1: int):
     if engine is None:
         keep = _overlap(events["start_ns"].to_numpy(), events["dur_ns"].to_numpy(), t0, t1)
         return events[keep]
+    from lotus.trace.discover import FileList
     from lotus.trace.rescan import window_scan
 
     out = window_scan(engine, t0, t1, name=events.attrs.get("run"), path=events.attrs.get("path"))
-    out.attrs["files"] = events.attrs.get("files", [])
+    out.attrs["files"] = FileList(events.attrs.get("files", []))
     return out
 
 

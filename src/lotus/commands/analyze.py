@@ -11,6 +11,7 @@ analysis commands (viz, plot, report, diff, export, info).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from pathlib import Path
 
@@ -23,13 +24,32 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "gpu": ("lotus.commands.analyze_gpu:gpu", "GPU idle time and how much of it is waiting for data."),
     "throughput": ("lotus.commands.analyze_throughput:throughput_cmd",
                    "Steady-state samples/s with its 95% interval, and what was left out."),
+    "ranks": ("lotus.commands.analyze_ranks:ranks_cmd",
+              "Stragglers across ranks and nodes: who holds the others back, and why."),
 }
 
 
 # -- shared helpers ----------------------------------------------------------------------------------
 def data_dir_option(f):
+    """``--data-dir``, plus ``--jobs`` and ``--cluster`` (where a large run is scanned: lotus.trace.parallel)."""
+
+    @functools.wraps(f)
+    def command(*args, jobs=None, cluster=None, **kwargs):
+        if jobs is None and cluster is None:
+            return f(*args, **kwargs)
+        from lotus.trace.parallel import settings
+
+        with settings(jobs=jobs, cluster=cluster):
+            return f(*args, **kwargs)
+
+    command = click.option("--cluster", metavar="ADDRESS", default=None,
+                           help="Scan large runs on a running Dask cluster (tcp://HOST:8786) whose workers see the "
+                                "trace files at the same paths [$LOTUS_CLUSTER].")(command)
+    command = click.option("--jobs", "-j", type=click.IntRange(min=0), default=None, metavar="N",
+                           help="Processes scanning a large run (0: every core; 1: this process only) "
+                                "[$LOTUS_JOBS; default: every core for runs over 64 MiB].")(command)
     return click.option("--data-dir", "-d", required=True, type=click.Path(path_type=Path),
-                        help="A run directory, or a directory of runs (each run is a config).")(f)
+                        help="A run directory, or a directory of runs (each run is a config).")(command)
 
 
 def echo_json(obj) -> None:
@@ -80,6 +100,19 @@ def configs_of(data_dir: Path, engine: str = "auto", summary_only: bool = False,
     from lotus.analysis.runs import iter_configs
 
     return iter_configs(data_dir, engine=engine, summary_only=summary_only, census=census)
+
+
+def per_config(data_dir: Path, compute, show, as_json: bool, key: str = "configs", **kw) -> dict:
+    """``{key: {config: compute(cfg)}}`` over the configs of ``data_dir`` (``kw``: :func:`configs_of`'s);
+    each result shown with ``show(name, result)`` as it comes, or the whole document printed as JSON."""
+    doc: dict = {key: {}}
+    for cfg in configs_of(data_dir, **kw):
+        doc[key][cfg.name] = result = compute(cfg)
+        if not as_json:
+            show(cfg.name, result)
+    if as_json:
+        echo_json(doc)
+    return doc
 
 
 # -- the group ----------------------------------------------------------------------------------------

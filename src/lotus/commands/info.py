@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lotus.commands.analyze import configs_of, data_dir_option, echo_json, echo_outcomes
+from lotus.commands.analyze import data_dir_option, echo_outcomes, per_config
 
 
 @click.command()
@@ -16,15 +16,10 @@ def info(data_dir: Path, as_json: bool) -> None:
     """List runs, their trace files (role, pid, rank, worker, events, clean close), loaders and event counts."""
     from lotus.analysis.info import run_info
 
-    doc = {"runs": {}}
-    for cfg in configs_of(data_dir, census=True):  # a large run: scanned, its records counted
-        inf = run_info(cfg.events, cfg.batches)
-        inf["kineto"] = [str(p) for p in cfg.kineto]
-        doc["runs"][cfg.name] = inf
-        if not as_json:
-            _print(cfg.name, inf)
-    if as_json:
-        echo_json(doc)
+    def compute(cfg) -> dict:
+        return {**run_info(cfg.events, cfg.batches), "kineto": [str(p) for p in cfg.kineto]}
+
+    per_config(data_dir, compute, _print, as_json, key="runs", census=True)  # a large run: scanned, records counted
 
 
 def _print(name: str, inf: dict) -> None:

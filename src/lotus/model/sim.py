@@ -63,14 +63,31 @@ def run_loader(prep_ns, step_ns, *, n_workers: int, prefetch_factor: int, dispat
                late_wait_ns, t0_ns: int = 0, worker_start_ns=None, lat: Latencies = Latencies(),
                pin_ns=None) -> LoaderTimes:
     """Simulate one epoch of ``len(prep_ns)`` batches (see the module doc). Arrays are per batch, ns."""
+    step = [int(v) for v in step_ns]
+    loop = loader_loop(prep_ns, n_workers=n_workers, prefetch_factor=prefetch_factor, dispatch_dur_ns=dispatch_dur_ns,
+                       ready_wait_ns=ready_wait_ns, late_wait_ns=late_wait_ns, t0_ns=t0_ns,
+                       worker_start_ns=worker_start_ns, lat=lat, pin_ns=pin_ns)
+    try:
+        loop.send(None)
+        for i in range(len(step)):
+            loop.send(step[i])
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("the loader loop did not end")  # pragma: no cover - one step per batch ends it
+
+
+def loader_loop(prep_ns, *, n_workers: int, prefetch_factor: int, dispatch_dur_ns, ready_wait_ns, late_wait_ns,
+                t0_ns: int = 0, worker_start_ns=None, lat: Latencies = Latencies(), pin_ns=None):
+    """:func:`run_loader` as a generator, for loops whose steps depend on other loops (ranks in lockstep):
+    it yields each batch's hand-off (consumed ns) and is sent that batch's step (ns); it returns the
+    :class:`LoaderTimes` (``StopIteration.value``) after the last batch's step."""
     nb = len(prep_ns)
     prep = [int(v) for v in prep_ns]
-    step = [int(v) for v in step_ns]
     disp = [int(v) for v in dispatch_dur_ns]
     ready = [int(v) for v in ready_wait_ns]
     late = [int(v) for v in late_wait_ns]
     if n_workers <= 0:
-        return _in_process(prep, step, disp, late, t0_ns)
+        return (yield from _in_process(prep, disp, late, t0_ns))
     nw = n_workers
     pin = None if pin_ns is None else [int(v) for v in pin_ns]
     free = [int(t0_ns)] * nw if worker_start_ns is None else [int(v) for v in worker_start_ns]
@@ -108,7 +125,7 @@ def run_loader(prep_ns, step_ns, *, n_workers: int, prefetch_factor: int, dispat
         consumed[i] = t_main + wait
         if nxt < nb:
             dispatch[nxt] = consumed[i] - disp[nxt] - lat.next_dispatch_gap_ns
-        t_main = consumed[i] + step[i]
+        t_main = consumed[i] + (yield consumed[i])
     a64 = np.asarray
     return LoaderTimes(
         worker_of=np.arange(nb) % nw, dispatch_ns=a64(dispatch, np.int64), prep_start_ns=a64(p_start, np.int64),
@@ -117,7 +134,7 @@ def run_loader(prep_ns, step_ns, *, n_workers: int, prefetch_factor: int, dispat
         loop_end_ns=int(t_main), worker_free_ns=a64(free, np.int64))
 
 
-def _in_process(prep, step, disp, late, t0_ns) -> LoaderTimes:
+def _in_process(prep, disp, late, t0_ns):
     nb = len(prep)
     t = int(t0_ns)
     dispatch, p_start, p_end, w_start, w_dur, consumed = ([0] * nb for _ in range(6))
@@ -127,7 +144,7 @@ def _in_process(prep, step, disp, late, t0_ns) -> LoaderTimes:
         p_end[i] = p_start[i] + prep[i]
         consumed[i] = p_end[i] + late[i]
         w_dur[i] = consumed[i] - t
-        t = consumed[i] + step[i]
+        t = consumed[i] + (yield consumed[i])
     a64 = np.asarray
     return LoaderTimes(
         worker_of=np.full(nb, -1), dispatch_ns=a64(dispatch, np.int64), prep_start_ns=a64(p_start, np.int64),
@@ -207,5 +224,5 @@ def run_with_cpus(prep_ns, step_ns, *, n_workers: int, cpus: float | None, cpu: 
     return times, s
 
 
-__all__ = ["CpuModel", "Latencies", "LoaderTimes", "busy_workers", "cpu_stretch", "main_busy", "run_loader",
-           "run_with_cpus"]
+__all__ = ["CpuModel", "Latencies", "LoaderTimes", "busy_workers", "cpu_stretch", "loader_loop", "main_busy",
+           "run_loader", "run_with_cpus"]

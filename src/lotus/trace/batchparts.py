@@ -106,13 +106,13 @@ class BatchParts:
         drop[[S.EVENTS_BY_NAME[n].id for n in DROPPED]] = True
         return fold, drop
 
-    def _group(self, key, need: int) -> dict:
+    def _group(self, key, need: int, check: bool = True) -> dict:
         g = self.groups.get(key)
         if g is None:
             g = self.groups[key] = {"cap": 0}
         if need > g["cap"]:
             cap = max(need, int(g["cap"] * 1.25), 256)
-            if self.slots + cap - g["cap"] > SLACK_SLOTS + SLOTS_PER_EVENT * self.events:
+            if check and self.slots + cap - g["cap"] > SLACK_SLOTS + SLOTS_PER_EVENT * self.events:
                 raise SparseBatchIds(f"batch id {need - 1} of rank {key[0]}, loader {key[1]}, epoch {key[2]}")
             self.slots += cap - g["cap"]
             for name, a in list(g.items()):
@@ -209,6 +209,64 @@ class BatchParts:
             lo, hi = int(start[m].min()), int(end[m].max())
             x = self.extent.setdefault(int(e), [lo, hi])
             x[0], x[1] = min(x[0], lo), max(x[1], hi)
+
+    # -- merging ---------------------------------------------------------------------------------------
+    def absorb(self, other: BatchParts) -> None:
+        """Fold in ``other``, the parts of files read after this one's (:mod:`lotus.trace.scanmerge`), as one
+        :class:`BatchParts` reading all those files in that order would have made them: per key and kind,
+        the columns of the first that saw it (a later one's count as duplicates), sums added, collate's
+        sample count the larger; group arrays on disk (:mod:`lotus.trace.spill`)."""
+        self.events += other.events
+        self.slots += other.slots
+        self.fetches = self.fetches + other.fetches
+        for kind, n in other.duplicates.items():
+            self.duplicates[kind] = self.duplicates.get(kind, 0) + n
+        for e, (lo, hi) in other.extent.items():
+            x = self.extent.setdefault(e, [lo, hi])
+            x[0], x[1] = min(x[0], lo), max(x[1], hi)
+        for key, theirs in other.groups.items():
+            mine = self.groups.get(key)
+            if mine is None:  # large arrays to disk (the parts come from other processes, in memory)
+                self.groups[key] = {n: a if n == "cap" or a.nbytes < spill.MIN_BYTES else spill.copy_of(a)
+                                    for n, a in theirs.items()}
+                continue
+            self._group(key, theirs["cap"], check=False)
+            self._absorb_group(mine, theirs)
+            spill.drop(*(a for n, a in mine.items() if n != "cap"))
+
+    def _absorb_group(self, g: dict, theirs: dict) -> None:
+        n = theirs["cap"]
+        for kind, cols in _PARTS.items():
+            fc = self.first_col[kind]
+            if kind in self.seen_bit or fc not in theirs:
+                continue
+            got = theirs[fc] != sentinel(theirs[fc].dtype)
+            had = self._col(g, fc)[:n] != sentinel(g[fc].dtype)
+            dup = int((got & had).sum())
+            if dup:
+                self.duplicates[kind] = self.duplicates.get(kind, 0) + dup
+            take = np.flatnonzero(got & ~had)
+            for name in cols.values():
+                if name in theirs:
+                    self._put(g, name, take, widen(theirs[name][take]))
+        for name in _SUMS.values():
+            if name in theirs:
+                v = widen(theirs[name])
+                at = np.flatnonzero(v != I64.min)
+                before = widen(self._col(g, name)[at])
+                self._put(g, name, at, np.where(before == I64.min, 0, before) + v[at])
+        if "_collate_n" in theirs:
+            v = widen(theirs["_collate_n"])
+            at = np.flatnonzero(v != I64.min)
+            self._put(g, "_collate_n", at, np.maximum(widen(self._col(g, "_collate_n")[at]), v[at]))
+        if SEEN in theirs:
+            seen, t = self._col(g, SEEN), theirs[SEEN]
+            for kind, bit in self.seen_bit.items():
+                if kind in _PARTS:
+                    dup = int((((seen[:n] & bit) != 0) & ((t & bit) != 0)).sum())
+                    if dup:
+                        self.duplicates[kind] = self.duplicates.get(kind, 0) + dup
+            seen[:n] |= t
 
     # -- the table -------------------------------------------------------------------------------------
     def finish(self, attrs: dict):

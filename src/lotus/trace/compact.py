@@ -58,7 +58,7 @@ def compact_run(path: str | os.PathLike, *, keep: bool = False) -> dict:
     "bytes_after", "records", "files_before", "files_after"}``. Raises :class:`LotusError` (originals kept)."""
     from lotus.trace.discover import find_run
 
-    run = find_run(path)
+    run = find_run(path, nodes=False)  # a node directory's files stay in it
     if run.original or not run.native:
         raise InputError("only lotus trace files can be compacted (original LotusTrace logs are text)", run.path)
     info = stitch(run.native)

@@ -2,6 +2,11 @@
 
 A *run* (a "config" in the analysis) is a directory that directly holds trace files. A directory of
 runs (``b512_gpu4/``, ``b1024_gpu4/``...) is searched recursively and its runs are natural-sorted.
+
+A *job of several nodes*: each node wrote its ranks' files into a directory of its own (``job/node0/``,
+``job/node1/``... on a shared file system, or gathered there). Sibling directories whose lotus files are
+all of one distributed run (the same world size, above 1, and no rank in two of them), in a directory
+holding no trace file itself, are one run named after that directory (:func:`find_runs`' ``nodes``).
 """
 
 from __future__ import annotations
@@ -80,8 +85,9 @@ def _natural_key(text: str):
     return natsort_keygen(key=lambda s: s.lower())(text)
 
 
-def find_runs(path: str | os.PathLike) -> list[Run]:
-    """All runs under ``path``, natural-sorted by their path relative to ``path``.
+def find_runs(path: str | os.PathLike, *, nodes: bool = True) -> list[Run]:
+    """All runs under ``path``, natural-sorted by their path relative to ``path``; ``nodes``: the node
+    directories of one job are one run (module doc).
 
     Raises :class:`InputError` when ``path`` does not exist and :class:`NoTraceError` when it holds
     no trace file at all.
@@ -106,17 +112,63 @@ def find_runs(path: str | os.PathLike) -> list[Run]:
             "no trace files here or below (expected *.lotustrace or <prefix>_{main,worker}_pid_<pid>)", root
         )
     runs.sort(key=lambda r: _natural_key(r.name))
-    return runs
+    return _join_nodes(runs, root) if nodes else runs
 
 
-def find_run(path: str | os.PathLike) -> Run:
-    """Exactly one run: ``path`` itself if it holds trace files, else its only run below."""
+def _join_nodes(runs: list[Run], root: Path) -> list[Run]:
+    """Sibling runs that are the node directories of one job as one run (module doc)."""
+    by_parent: dict[Path, list[Run]] = {}
+    for r in runs:
+        if r.path != root:
+            by_parent.setdefault(r.path.parent, []).append(r)
+    out = list(runs)
+    for parent, kids in by_parent.items():
+        if len(kids) < 2 or any(r.path == parent for r in runs) or not _one_job(kids):
+            continue
+        rel = os.path.relpath(parent, root)
+        job = Run(root.resolve().name if rel == "." else rel.replace(os.sep, "/"), parent)
+        for r in kids:
+            job.native += r.native
+            job.kineto += r.kineto
+            out.remove(r)
+        out.append(job)
+    out.sort(key=lambda r: _natural_key(r.name))
+    return out
+
+
+def _one_job(kids: list[Run]) -> bool:
+    from lotus.trace.native import read_header
+
+    world, seen = None, set()
+    for r in kids:
+        if r.original or not r.native:
+            return False
+        ranks = set()
+        for p in r.native:
+            try:
+                h = read_header(p)[0]
+            except (InputError, OSError):
+                continue
+            w = int(h.get("world_size") or 1)
+            if w <= 1 or world not in (None, w):
+                return False
+            world = w
+            ranks.add(int(h.get("rank") or 0))
+        if ranks & seen:
+            return False
+        seen |= ranks
+    return world is not None
+
+
+def find_run(path: str | os.PathLike, *, nodes: bool = True) -> Run:
+    """Exactly one run: ``path`` itself if it holds trace files, else its only run below (``nodes``: see
+    :func:`find_runs`)."""
     root = Path(path)
     if root.is_dir():
         run = scan_run(root)
         if run.has_trace:
             return run
-    runs = find_runs(root)
+    runs = find_runs(root, nodes=nodes)
     if len(runs) > 1:
         names = ", ".join(r.name for r in runs[:5])
         raise InputError(f"holds {len(runs)} runs ({names}...); name one of them", root)

@@ -216,15 +216,7 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
                 epoch=arr["epoch"], **consts)
         n_events += len(arr)
         del arr, ids, code, arg
-    loaders = {}
-    for (ns, key), chunks in defines.items():
-        if ns == S.NS_LOADER:
-            import json
-
-            try:
-                loaders[key + loader_offset] = json.loads(b"".join(chunks).rstrip(b"\0").decode())
-            except ValueError:
-                _log.warning("%s: unreadable description of loader %d", path, key)
+    loaders = loader_descriptions(defines, loader_offset, path)
     acc.files.append({"path": str(path), "format": "lotus", "role": role, "pid": header.get("pid"),
                       "rank": header.get("rank", 0), "worker_id": header.get("worker_id", -1),
                       "events": n_events, "clean_close": clean, "loaders": loaders,
@@ -236,6 +228,21 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
                   path, n_legacy)
     if not clean:
         _log.info("%s: no end record (process killed or still running); %d events read", path, n_events)
+
+
+def loader_descriptions(defines: dict, loader_offset: int, path) -> dict[int, dict]:
+    """The DataLoader descriptions a file defines (``{loader id + offset: description}``); one warning each
+    for those that cannot be read."""
+    import json
+
+    loaders = {}
+    for (ns, key), chunks in defines.items():
+        if ns == S.NS_LOADER:
+            try:
+                loaders[key + loader_offset] = json.loads(b"".join(chunks).rstrip(b"\0").decode())
+            except ValueError:
+                _log.warning("%s: unreadable description of loader %d", path, key)
+    return loaders
 
 
 def _original_file(acc: _Acc, path: Path, worker_ids: dict[int, int]) -> None:

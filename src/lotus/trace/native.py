@@ -6,6 +6,7 @@ file and record; a file without an end record is reported as not cleanly closed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -51,11 +52,36 @@ def is_native_trace(path: str | os.PathLike) -> bool:
     return p.is_file() and p.name.endswith((S.FILE_SUFFIX, S.FILE_SUFFIX + ".zst"))
 
 
+_HEADERS: list[dict] = []  # while header_cache() holds: path -> (header, offset)
+
+
+@contextlib.contextmanager
+def header_cache():
+    """Within the block, a file's header is read once (one command asks a run's files for their headers several
+    times: which run, clocks, loader offsets, the scan; thousands of files for a job of many ranks)."""
+    _HEADERS.append({})
+    try:
+        yield
+    finally:
+        _HEADERS.pop()
+
+
 def read_header(path: str | os.PathLike) -> tuple[dict, int]:
     """The JSON header and the byte offset of the first record."""
+    p = Path(path)
+    if not _HEADERS:
+        return _read_header(p)
+    cache = _HEADERS[-1]
+    key = os.fspath(p)
+    if key not in cache:
+        cache[key] = _read_header(p)
+    header, offset = cache[key]
+    return dict(header), offset
+
+
+def _read_header(p: Path) -> tuple[dict, int]:
     from lotus.trace.parts import open_raw
 
-    p = Path(path)
     with open_raw(p) as f:
         pre = f.read(S.PREAMBLE.size)
         if len(pre) < S.PREAMBLE.size:

@@ -29,6 +29,7 @@ class OpEngine:
         self.first = first  # code -> first row index in file order (the events DataFrame's order)
         self.op_stats = True  # False: the scan kept no per-op statistics (scan_run(op_stats=False))
         self.by_epoch: dict[int, np.ndarray] = {}  # per-epoch op totals (set by scan_run)
+        self.by_rank: dict[int, np.ndarray] = {}  # per-rank op totals (set by scan_run)
         # the batch-level events folded by the scan (lotus.trace.batchparts); None where it kept them as rows
         self.batch_table = None  # their BatchTable
         self.folded_extent: dict[int, list[int]] = {}  # epoch -> time extent of the folded events
@@ -54,6 +55,15 @@ class OpEngine:
         self._need_op_stats()
         return {e: {self.names[c]: float(row[k]) for k, c in enumerate(self.slot_codes) if k < len(row) and row[k]}
                 for e, row in sorted(self.by_epoch.items())}
+
+    def rank_totals(self) -> dict[int, dict[str, float]]:
+        """``{rank: {op: total ns}}`` over every op event (failed/exhausted fetches included), ops in
+        pipeline order (:meth:`op_order`)."""
+        self._need_op_stats()
+        slot = {self.names[c]: k for k, c in enumerate(self.slot_codes)}
+        order = self.op_order()
+        return {r: {n: float(row[slot[n]]) for n in order if slot[n] < len(row) and row[slot[n]]}
+                for r, row in sorted(self.by_rank.items())}
 
     def op_order(self) -> list[str]:
         """Ops present, in pipeline order: load, transform ops by first occurrence, transform, sample, collate."""

@@ -23,6 +23,11 @@ being its bin's geometric centre, clipped to [min, max]). Durations <= 0 fall in
 Excluding batches (failed or exhausted fetches, ``--remove-outliers``) needs a second scan, made only
 when there is something to exclude (:meth:`OpEngine.op_table`).
 
+The files are read in parts (runs of consecutive files, :func:`lotus.trace.scanfiles.scan_files`), in
+this process or in parallel on every core or on a cluster (:mod:`lotus.trace.parallel`: ``$LOTUS_JOBS``,
+``$LOTUS_CLUSTER``), and merged in file order into exactly what one pass keeps
+(:mod:`lotus.trace.scanmerge`): the same outputs, byte for byte.
+
 What the scan keeps beside the events is attached as ``events.attrs["op_engine"]`` (an
 :class:`~lotus.trace.opengine.OpEngine`); :func:`lotus.analysis.stats.op_durations` and its users
 read per-op statistics from it. ``n_samples`` of batches without a collate is counted by another scan
@@ -31,7 +36,6 @@ read per-op statistics from it. ``n_samples`` of batches without a collate is co
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,19 +44,17 @@ import numpy as np
 
 from lotus.errors import InputError
 from lotus.trace import schema as S
-from lotus.trace.batchparts import BatchParts, SparseBatchIds
+from lotus.trace.batchparts import SparseBatchIds
 from lotus.trace.discover import FileList, Run
-from lotus.trace.moments import _epoch_sums, _Moments
+from lotus.trace.moments import _Moments  # noqa: F401 - lotus.trace.rescan's
 from lotus.trace.native import read_header
-from lotus.trace.opengine import OP_BUILTINS, OpEngine
+from lotus.trace.opengine import OpEngine
 from lotus.trace.original import release_freed_memory
 from lotus.trace.packed import expand_main_batches
 from lotus.trace.parts import iter_records, mark_continued, spans_for, stitch
 
 _log = logging.getLogger("lotus.trace")
 CHUNK_RECORDS = 1 << 20  # 48 MiB of records (as load_events: op moments and derived spans are per chunk)
-KEEP_ROWS = 1 << 16  # kept rows of a chunk handled at once (a slice of ~10 MB of temporaries)
-PER_SAMPLE_IDS = (S.EV_SAMPLE, S.EV_LOAD, S.EV_TRANSFORM)
 _ROLES = ["main", "worker"]
 
 
@@ -157,10 +159,11 @@ def scan_run(run: Run, columns=None, op_stats: bool = True, census: bool = False
 
 
 def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: bool = False):
-    from lotus.trace.census import Census
-    from lotus.trace.events import _Acc, _warn_missing_ranks, clock_offsets, loader_offsets
+    from lotus.trace.events import _warn_missing_ranks, clock_offsets, loader_offsets
+    from lotus.trace.parallel import scan_parts
+    from lotus.trace.scanfiles import ScanContext
+    from lotus.trace.scanmerge import merge_parts
 
-    acc = _Acc()
     good = []
     for p in run.native:
         try:
@@ -170,132 +173,30 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: boo
             _log.warning("%s; file skipped", exc)
     offsets = clock_offsets(good)
     per_process = loader_offsets(good)
-    small = np.zeros(S.MAX_NAME_ID + 1 + 1024, bool)  # by run-wide code: kept as an event row
-    slot_of = np.full(small.size, -1, np.int32)
-    slot_codes: list[int] = []
-
-    def code_of(name, cat):
-        return acc.code(name, cat)
-
-    def refresh():
-        while len(acc.names) > small.size:
-            raise InputError("more than 33,000 distinct event names", run.path)
-        for c, (nm, cat) in enumerate(zip(acc.names, acc.cats, strict=True)):
-            is_op = cat == S.OP_CAT or nm in OP_BUILTINS
-            small[c] = not (cat == S.OP_CAT or c in PER_SAMPLE_IDS)
-            if is_op and slot_of[c] < 0:
-                slot_of[c] = len(slot_codes)
-                slot_codes.append(c)
-
-    moments = _Moments()
-    parts = BatchParts(str(run.path), columns) if fold else None
-    lookups = parts.codes(small.size) if fold else None
-    by_epoch: dict[int, np.ndarray] = {}
-    first: dict[int, int] = {}
-    counted = Census() if census else None
-    row = 0
-    spans: dict = {}
-    for p in good:
-        n_events = n_legacy = 0
-        fs = None
-        for arr, code, fs in _chunks(p, offsets, per_process.get(p, 0), code_of, spans=spans):
-            if len(acc.names) != getattr(refresh, "n", -1):
-                refresh()
-                refresh.n = len(acc.names)
-            per_code = np.bincount(code, minlength=1)
-            if counted is not None:
-                counted.add(arr, per_code, fs.consts["rank"], fs.shift)
-            present = np.flatnonzero(per_code)
-            for c in present.tolist():
-                if c not in first:
-                    first[c] = row + int(np.argmax(code == c))
-            idx = np.flatnonzero(small[code])  # kept rows: few, but all of a main file's
-            for i in range(0, len(idx), KEEP_ROWS):  # in slices: their temporaries stay small
-                n_legacy += _keep(acc, parts, arr, code, idx[i: i + KEEP_ROWS], fs, lookups)
-            slot = slot_of[code]
-            ops = np.flatnonzero(slot >= 0)
-            if len(ops) and op_stats:
-                sl, dur, ep = slot[ops], arr["dur_ns"][ops], arr["epoch"][ops]
-                sums = moments.add(sl, dur, len(slot_codes))
-                _epoch_sums(by_epoch, ep, sl, dur, len(slot_codes), sums)
-            n_events += len(arr)
-            row += len(arr)
-        if fs is None:  # a file with no record at all
-            header, _ = read_header(p)
-            fs = _FileScan(None, {"header": header, "clean": False, "defines": {},
-                                  "pid": int(header.get("pid", -1)), "rank": int(header.get("rank", 0)),
-                                  "worker_id": int(header.get("worker_id", -1))}, 0, per_process.get(p, 0))
-        acc.files.append(_file_entry(p, fs, n_events))
-        if n_legacy and counted is not None:
-            counted.legacy_fetches(n_legacy)
-        if n_legacy:
-            _log.info("%s: %d 'fetch' events flagged FETCH_STOP (written by lotus <= 0.1) read as 'exhausted'",
-                      p, n_legacy)
-        if not fs.consts["clean"]:
-            _log.info("%s: no end record (process killed or still running); %d events read", p, n_events)
+    ctx = ScanContext(str(run.path), offsets, per_process, fold, None if columns is None else frozenset(columns),
+                      op_stats, census)
+    part = merge_parts(scan_parts(good, ctx))
+    acc, parts = part.acc, part.batch_parts
     if not acc.files:
         raise InputError("no readable trace file", run.path)
     if not any(f["role"] == "main" for f in acc.files):
         _log.warning("%s: no main-process file: waits and consumption unknown (worker files only)", run.path)
     _warn_missing_ranks(acc.files, run.path)
     mark_continued(acc.files, stitch(good))
-    refresh()
     names = list(acc.names)
     release_freed_memory()  # the chunks' temporaries (glibc keeps them otherwise), before pandas is imported
     df = _frame(acc, run)
-    engine = df.attrs["op_engine"] = OpEngine(good, offsets, per_process, names, slot_codes, moments, first)
-    engine.by_epoch = by_epoch
+    engine = df.attrs["op_engine"] = OpEngine(good, offsets, per_process, names, part.slot_codes, part.moments,
+                                              part.first)
+    engine.by_epoch, engine.by_rank = part.by_epoch, part.by_rank
     engine.op_stats = op_stats
-    engine.census = counted
+    engine.census = part.census
     df.attrs["engine"] = "scan"
     if fold:
         engine.folded_extent, engine.fetch_counts = parts.extent, parts.fetches
         engine.batch_table = parts.finish(df.attrs)
         release_freed_memory()  # the dense per-group arrays
     return df
-
-
-def _keep(acc, parts, arr, code, idx, fs, lookups) -> int:
-    """Add the rows ``idx`` of a chunk (events that are not per-sample detail) to ``acc``, folding the
-    batch-level ones into ``parts`` (most of those then keep no row); returns the legacy fetches read
-    as ``exhausted``."""
-    kc = code[idx]
-    karg = arr["arg"][idx]
-    legacy = (kc == S.EV_FETCH) & (karg > 0) & ((karg & S.FETCH_STOP) != 0)
-    if legacy.any():  # lotus <= 0.1: exhaustion was a flagged fetch (as load_events reads it)
-        kc[legacy] = S.EV_EXHAUSTED
-        karg = np.where(legacy, karg & ~S.FETCH_STOP, karg)
-    lo = arr["loader"][idx].astype(np.int32) + fs.loader_offset
-    start, dur, bid, ep = arr["start_ns"][idx] + fs.shift, arr["dur_ns"][idx], arr["batch_id"][idx], arr["epoch"][idx]
-    folded = lookups[0][kc] & (bid >= 0) if parts is not None else None
-    if parts is not None and folded.any():
-        f = np.flatnonzero(folded)
-        parts.add(fs.consts["rank"], kc[f], bid[f], lo[f], ep[f], {"worker_id": fs.consts["worker_id"],
-                  "pid": fs.consts["pid"], "start_ns": start[f], "dur_ns": dur[f], "arg": karg[f]})
-        failed = (kc == S.EV_FETCH) & (karg > 0) & ((karg & S.FETCH_ERROR) != 0)  # rows of fetch_outcomes
-        gone = folded & lookups[1][kc] & ~failed
-        if gone.any():
-            parts.dropped(ep[gone], start[gone], dur[gone])
-            k = np.flatnonzero(~gone)
-            idx, kc, karg, lo, start, dur, bid, ep = (x[k] for x in (idx, kc, karg, lo, start, dur, bid, ep))
-    acc.add(len(idx), code=kc, start_ns=start, dur_ns=dur, batch_id=bid, sample=arr["sample"][idx], arg=karg,
-            loader=lo, epoch=ep, **{c: fs.consts[c] for c in ("pid", "role", "worker_id", "rank")})
-    return int(legacy.sum())
-
-
-def _file_entry(p: Path, fs: _FileScan, n_events: int) -> dict:
-    h = fs.consts["header"]
-    loaders = {}
-    for (ns, key), chunks in fs.consts["defines"].items():
-        if ns == S.NS_LOADER:
-            try:
-                loaders[key + fs.loader_offset] = json.loads(b"".join(chunks).rstrip(b"\0").decode())
-            except ValueError:
-                _log.warning("%s: unreadable description of loader %d", p, key)
-    return {"path": str(p), "format": "lotus", "role": h.get("role", "main"), "pid": h.get("pid"),
-            "rank": h.get("rank", 0), "worker_id": h.get("worker_id", -1), "events": n_events,
-            "clean_close": fs.consts["clean"], "loaders": loaders, "world_size": h.get("world_size", 1),
-            "hostname": h.get("hostname"), "torch_version": h.get("torch_version")}
 
 
 def _frame(acc, run: Run):

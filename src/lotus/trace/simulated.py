@@ -46,6 +46,10 @@ class PipelineSpec:
     main_cpu_cores: float = 1.0  # CPU the main process uses (lotus.model.sim.cpu_stretch)
     contention: float = 0.0  # slowdown per extra worker running at once (lotus.model.sim.cpu_stretch)
     cpu_fraction: float = 1.0  # share of worker time that needs a CPU (lotus.model.sim.cpu_stretch)
+    sync: bool = False  # ranks in lockstep: a collective (DDP's all-reduce) ends each step's compute
+    slow_rank: int = -1  # with these, one rank is a straggler:
+    slow_rank_load: float = 1.0  # ... its samples' load and op times are this many times longer (input pipeline)
+    slow_rank_step_ms: float = 0.0  # ... its steps take this much longer after the collective (the step)
 
     def native_events(self) -> int:
         per_batch = self.batch_size * (_NATIVE_PER_SAMPLE_FIXED + len(self.ops_ms)) + _NATIVE_PER_BATCH
@@ -139,9 +143,13 @@ def iter_simulate(spec: PipelineSpec) -> Iterator[SimEpoch]:
 
     With ``spec.cpus`` set, worker durations are stretched by the CPU model of :mod:`lotus.model.sim`
     (``main_cpu_cores``, ``contention``, ``cpu_fraction``) at its fixed point; ``cpus=None`` leaves them as drawn.
+    ``spec.sync``: the ranks run in lockstep (:func:`_iter_lockstep`), epoch by epoch.
     """
     from lotus.model.sim import CpuModel, run_loader, run_with_cpus
 
+    if spec.sync:
+        yield from _iter_lockstep(spec)
+        return
     rng = np.random.default_rng(spec.seed)
     pid = spec.first_pid
     nb, nw = spec.n_batches, max(spec.n_workers, 1)
@@ -150,38 +158,117 @@ def iter_simulate(spec: PipelineSpec) -> Iterator[SimEpoch]:
         pid += 1
         t = spec.start_wall_ns + rank * 137_000  # ranks start nearly together
         for epoch in range(spec.epochs):
-            load, ops, collate, put = _worker_parts(rng, spec, nb)
-            sample_dur, offsets, prep_dur = _layout(load, ops, collate, put)
-            step = _draw(rng, spec.step_ms, nb, spec.jitter / 2)
-            disp_dur = _draw(rng, 0.03, nb, spec.jitter)
+            d = _EpochDraws.of(rng, spec, nb, rank)
             worker_pids = list(range(pid, pid + nw))
             pid += nw
-            epoch_start = t
-            worker_start = epoch_start + 20_000_000 + np.arange(nw) * 1_500_000  # process start-up
-            loop = {"n_workers": nw, "prefetch_factor": spec.prefetch_factor, "dispatch_dur_ns": disp_dur,
-                    "ready_wait_ns": 1_000 + (np.arange(nb) * 7919) % 20_000,
-                    "late_wait_ns": np.full(nb, 30_000), "t0_ns": epoch_start + 50_000,
-                    "worker_start_ns": worker_start}
+            loop = _loop_args(spec, d, t, nb, nw)
             if spec.cpus is not None:
                 cpu = CpuModel(spec.main_cpu_cores, spec.contention, spec.cpu_fraction)
-                _, s = run_with_cpus(prep_dur, step, cpus=spec.cpus, cpu=cpu, **loop)
-                load, ops, collate, put = (np.rint(a * s).astype(np.int64) for a in (load, ops, collate, put))
-                sample_dur, offsets, prep_dur = _layout(load, ops, collate, put)
-            sim = run_loader(prep_dur, step, **loop)
-            epoch_end = sim.loop_end_ns + 20_000
-            worker_end = np.maximum(sim.worker_free_ns, epoch_end - 1_000_000)
-            prep_start = sim.prep_start_ns
-            yield SimEpoch(
-                rank=rank, epoch=epoch, worker_of=sim.worker_of, worker_pids=worker_pids, main_pid=main_pid,
-                epoch_start_ns=int(epoch_start), epoch_end_ns=int(epoch_end), dispatch_ns=sim.dispatch_ns,
-                dispatch_dur_ns=disp_dur, prep_start_ns=prep_start, prep_dur_ns=prep_dur,
-                collate_start_ns=prep_start + offsets[:, -1] + sample_dur[:, -1] + _GAP_NS, collate_dur_ns=collate,
-                put_dur_ns=put, arrive_ns=sim.arrive_ns, wait_start_ns=sim.wait_start_ns,
-                wait_dur_ns=sim.wait_dur_ns, buffered=sim.buffered, consumed_ns=sim.consumed_ns, step_dur_ns=step,
-                sample_start_ns=prep_start[:, None] + _GAP_NS + offsets, load_dur_ns=load, op_dur_ns=ops,
-                worker_start_ns=worker_start, worker_end_ns=worker_end,
-            )
-            t = epoch_end + 200_000_000
+                _, s = run_with_cpus(d.prep_dur, d.step, cpus=spec.cpus, cpu=cpu, **loop)
+                d.stretch(s)
+            sim = run_loader(d.prep_dur, d.step, **loop)
+            ep = _sim_epoch(rank, epoch, d, sim, worker_pids, main_pid, t, loop["worker_start_ns"], d.step)
+            yield ep
+            t = ep.epoch_end_ns + 200_000_000
+
+
+@dataclass
+class _EpochDraws:
+    """What one (rank, epoch) draws: per-sample load/op times, per-batch collate/put/step/dispatch."""
+
+    load: np.ndarray
+    ops: np.ndarray
+    collate: np.ndarray
+    put: np.ndarray
+    step: np.ndarray
+    disp_dur: np.ndarray
+    sample_dur: np.ndarray = None
+    offsets: np.ndarray = None
+    prep_dur: np.ndarray = None
+
+    @classmethod
+    def of(cls, rng, spec: PipelineSpec, nb: int, rank: int) -> _EpochDraws:
+        load, ops, collate, put = _worker_parts(rng, spec, nb)
+        if rank == spec.slow_rank and spec.slow_rank_load != 1.0:
+            load, ops = (np.rint(a * spec.slow_rank_load).astype(np.int64) for a in (load, ops))
+        step = _draw(rng, spec.step_ms, nb, spec.jitter / 2)
+        d = cls(load, ops, collate, put, step, _draw(rng, 0.03, nb, spec.jitter))
+        d.sample_dur, d.offsets, d.prep_dur = _layout(load, ops, collate, put)
+        return d
+
+    def stretch(self, s: float) -> None:
+        self.load, self.ops, self.collate, self.put = (np.rint(a * s).astype(np.int64)
+                                                       for a in (self.load, self.ops, self.collate, self.put))
+        self.sample_dur, self.offsets, self.prep_dur = _layout(self.load, self.ops, self.collate, self.put)
+
+
+def _loop_args(spec: PipelineSpec, d: _EpochDraws, epoch_start: int, nb: int, nw: int) -> dict:
+    worker_start = epoch_start + 20_000_000 + np.arange(nw) * 1_500_000  # process start-up
+    return {"n_workers": nw, "prefetch_factor": spec.prefetch_factor, "dispatch_dur_ns": d.disp_dur,
+            "ready_wait_ns": 1_000 + (np.arange(nb) * 7919) % 20_000, "late_wait_ns": np.full(nb, 30_000),
+            "t0_ns": epoch_start + 50_000, "worker_start_ns": worker_start}
+
+
+def _sim_epoch(rank, epoch, d: _EpochDraws, sim, worker_pids, main_pid, epoch_start, worker_start, step) -> SimEpoch:
+    epoch_end = sim.loop_end_ns + 20_000
+    worker_end = np.maximum(sim.worker_free_ns, epoch_end - 1_000_000)
+    prep_start = sim.prep_start_ns
+    return SimEpoch(
+        rank=rank, epoch=epoch, worker_of=sim.worker_of, worker_pids=worker_pids, main_pid=main_pid,
+        epoch_start_ns=int(epoch_start), epoch_end_ns=int(epoch_end), dispatch_ns=sim.dispatch_ns,
+        dispatch_dur_ns=d.disp_dur, prep_start_ns=prep_start, prep_dur_ns=d.prep_dur,
+        collate_start_ns=prep_start + d.offsets[:, -1] + d.sample_dur[:, -1] + _GAP_NS, collate_dur_ns=d.collate,
+        put_dur_ns=d.put, arrive_ns=sim.arrive_ns, wait_start_ns=sim.wait_start_ns,
+        wait_dur_ns=sim.wait_dur_ns, buffered=sim.buffered, consumed_ns=sim.consumed_ns, step_dur_ns=step,
+        sample_start_ns=prep_start[:, None] + _GAP_NS + d.offsets, load_dur_ns=d.load, op_dur_ns=d.ops,
+        worker_start_ns=worker_start, worker_end_ns=worker_end,
+    )
+
+
+def _iter_lockstep(spec: PipelineSpec) -> Iterator[SimEpoch]:
+    """Ranks in lockstep (``spec.sync``): every rank's step ``i`` computes for its drawn step time, then
+    waits in a collective until the last rank got there (the release is the latest hand-off plus that
+    rank's compute), then (the slow rank) works ``slow_rank_step_ms`` more before it asks for the next
+    batch. Epochs start together. Yields epoch by epoch, rank by rank (no CPU model)."""
+    from lotus.model.sim import loader_loop
+
+    if spec.cpus is not None:
+        raise ValueError("sync=True simulates no CPU limit (cpus=None)")
+    rng = np.random.default_rng(spec.seed)
+    nb, nw, ranks = spec.n_batches, max(spec.n_workers, 1), range(spec.ranks)
+    main_pids = [spec.first_pid + r for r in ranks]
+    pid = spec.first_pid + spec.ranks
+    extra = int(spec.slow_rank_step_ms * 1e6)
+    t = spec.start_wall_ns
+    for epoch in range(spec.epochs):
+        draws = [_EpochDraws.of(rng, spec, nb, r) for r in ranks]
+        starts = [t + r * 137_000 for r in ranks]
+        args = [_loop_args(spec, draws[r], starts[r], nb, nw) for r in ranks]
+        loops = [loader_loop(draws[r].prep_dur, **args[r]) for r in ranks]
+        steps = np.zeros((spec.ranks, nb), np.int64)
+        sims, handed = [None] * spec.ranks, [0] * spec.ranks
+        for r in ranks:
+            try:
+                handed[r] = loops[r].send(None)
+            except StopIteration as done:  # no batch at all
+                sims[r] = done.value
+        for i in range(nb):
+            release = max(handed[r] + int(draws[r].step[i]) for r in ranks)
+            for r in ranks:
+                steps[r, i] = release - handed[r] + (extra if r == spec.slow_rank else 0)
+                try:
+                    handed[r] = loops[r].send(int(steps[r, i]))
+                except StopIteration as done:
+                    sims[r] = done.value
+        end = 0
+        for r in ranks:
+            worker_pids = list(range(pid, pid + nw))
+            pid += nw
+            ep = _sim_epoch(r, epoch, draws[r], sims[r], worker_pids, main_pids[r], starts[r],
+                            args[r]["worker_start_ns"], steps[r])
+            end = max(end, ep.epoch_end_ns)
+            yield ep
+        t = end + 200_000_000
 
 
 # -- lotus's own format -----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ so do all of them where the C library has no ``mmap``/``madvise`` to call (not a
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import logging
@@ -109,11 +110,25 @@ def _mapping(nbytes: int) -> _Map:
         os.close(fd)
 
 
+_OFF: list = []  # set while in_memory() holds: arrays stay in memory
+
+
+@contextlib.contextmanager
+def in_memory():
+    """Arrays made in a ``with`` block stay plain in-memory arrays (a worker process's part of a scan, whose
+    arrays are sent back whole anyway: mapping, allocating and dropping their pages would cost more)."""
+    _OFF.append(True)
+    try:
+        yield
+    finally:
+        _OFF.pop()
+
+
 def array(n: int, dtype, fill=None) -> np.ndarray:
     """A 1-d array of ``n`` items of ``dtype`` on disk (module doc), filled with ``fill`` if given."""
     dtype = np.dtype(dtype)
     nbytes = n * dtype.itemsize
-    if nbytes < MIN_BYTES or nbytes == 0 or _libc is None:
+    if nbytes < MIN_BYTES or nbytes == 0 or _libc is None or _OFF:
         return np.empty(n, dtype) if fill is None else np.full(n, fill, dtype)
     mm = _mapping(nbytes)
     _maps.add(mm)

@@ -62,10 +62,12 @@ def _interleave(*cols: np.ndarray) -> np.ndarray:
     return np.stack(cols, axis=-1).reshape(-1)
 
 
-def _header(role: str, pid: int, rank: int, world: int, worker_id: int, anchor_wall: int) -> bytes:
+def _header(role: str, pid: int, rank: int, world: int, worker_id: int, anchor_wall: int, node: int | None = None
+            ) -> bytes:
     header = {
         "format": "lotus-trace", "version": LAYOUT_VERSION, "role": role, "pid": pid, "rank": rank,
-        "world_size": world, "worker_id": worker_id, "hostname": "synthetic", "boot_id": "synthetic-boot",
+        "world_size": world, "worker_id": worker_id, "hostname": "synthetic" if node is None else f"node{node:02d}",
+        "boot_id": "synthetic-boot" if node is None else f"synthetic-boot-{node}",
         "anchor_wall_ns": int(anchor_wall), "anchor_mono_ns": int(anchor_wall - _MONO_OFFSET_NS),
         "clock": "monotonic", "lotus_version": "synthetic", "torch_version": None, "argv": ["synthetic"],
         "builtin_events": {e.id: e.name for e in S.BUILTIN_EVENTS},
@@ -89,7 +91,13 @@ def _end(wall_ns: int) -> bytes:
 
 
 def _write(path: Path, parts: list[bytes | np.ndarray]) -> None:
-    with open(path, "wb") as f:
+    if path.name.endswith(".zst"):  # as lotus compact writes them (zstd through pyarrow)
+        import pyarrow as pa
+
+        opened = pa.output_stream(str(path), compression="zstd", buffer_size=1 << 20)
+    else:
+        opened = open(path, "wb")  # noqa: SIM115 - closed by the with below
+    with opened as f:
         for p in parts:
             f.write(p if isinstance(p, bytes) else memoryview(np.ascontiguousarray(p)).cast("B"))
 
@@ -154,11 +162,25 @@ def _main_records(ep: SimEpoch) -> np.ndarray:
     return rec
 
 
-def write_native(directory: str | os.PathLike, spec: PipelineSpec | None = None) -> list[Path]:
-    """Write the simulated run as lotus trace files in ``directory``; returns the paths written."""
+def write_native(directory: str | os.PathLike, spec: PipelineSpec | None = None, *,
+                 ranks_per_node: int | None = None, compress: bool = False) -> list[Path]:
+    """Write the simulated run as lotus trace files in ``directory``; returns the paths written.
+    ``ranks_per_node``: a cluster's layout instead: rank r's files in ``node<NN>/`` (NN = r // ranks_per_node),
+    written by host ``node<NN>`` (its own boot id). ``compress``: zstd-compressed files (``.lotustrace.zst``,
+    as ``lotus compact`` writes them)."""
+    suffix = S.FILE_SUFFIX + (".zst" if compress else "")
     spec = spec or PipelineSpec()
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+
+    def node_of(rank: int) -> int | None:
+        return None if ranks_per_node is None else rank // ranks_per_node
+
+    def dir_of(rank: int) -> Path:
+        out = root if ranks_per_node is None else root / f"node{node_of(rank):02d}"
+        out.mkdir(parents=True, exist_ok=True)
+        return out
+
     paths = []
     description = {"name": "synthetic", "dataset": "Synthetic", "dataset_len": spec.n_batches * spec.batch_size,
                    "batch_size": spec.batch_size, "num_workers": spec.n_workers,
@@ -175,13 +197,14 @@ def write_native(directory: str | os.PathLike, spec: PipelineSpec | None = None)
         m[3] = ep.epoch_end_ns
         for w, wpid in enumerate(ep.worker_pids):
             rec = _worker_records(spec, ep, w)
-            p = d / f"lotus-r{ep.rank}-w{w}-p{wpid}{S.FILE_SUFFIX}"
-            _write(p, [_header("worker", wpid, ep.rank, spec.ranks, w, int(ep.worker_start_ns[w]) - 1_000),
+            p = dir_of(ep.rank) / f"lotus-r{ep.rank}-w{w}-p{wpid}{suffix}"
+            _write(p, [_header("worker", wpid, ep.rank, spec.ranks, w, int(ep.worker_start_ns[w]) - 1_000,
+                               node_of(ep.rank)),
                        op_defs, rec, _end(int(ep.worker_end_ns[w]) + 1_000)])
             paths.append(p)
     for rank, (main_pid, anchor, recs, end_ns) in sorted(mains.items()):
-        p = d / f"lotus-r{rank}-main-p{main_pid}{S.FILE_SUFFIX}"
-        _write(p, [_header("main", main_pid, rank, spec.ranks, -1, anchor),
+        p = dir_of(rank) / f"lotus-r{rank}-main-p{main_pid}{suffix}"
+        _write(p, [_header("main", main_pid, rank, spec.ranks, -1, anchor, node_of(rank)),
                    _define(S.NS_LOADER, 0, json.dumps(description)), *recs, _end(end_ns + 1_000)])
         main_paths.append(p)
     return main_paths + paths
