@@ -51,8 +51,8 @@ def _engine_for(run, engine: str) -> str:
     return "scan" if total > limit else "memory"
 
 
-def _config_of(run, engine: str, summary_only: bool = False, op_stats: bool = True, census: bool = False
-               ) -> Config:
+def _config_of(run, engine: str, summary_only: bool = False, op_stats: bool = True, census: bool = False,
+               op_reduce: str = "") -> Config:
     from lotus.trace.events import events_of_run
 
     if _engine_for(run, engine) == "scan":
@@ -60,7 +60,8 @@ def _config_of(run, engine: str, summary_only: bool = False, op_stats: bool = Tr
         from lotus.trace.rescan import batches_of_scan
         from lotus.trace.scan import scan_run
 
-        events = scan_run(run, columns=SUMMARY_COLUMNS if summary_only else None, op_stats=op_stats, census=census)
+        events = scan_run(run, columns=SUMMARY_COLUMNS if summary_only else None, op_stats=op_stats, census=census,
+                          op_reduce=op_reduce)
         table = getattr(events.attrs["op_engine"], "batch_table", None)
         if table is not None:  # the DataFrame is made on first use of cfg.batches
             cfg = Config(name=run.name, path=run.path, events=events, batches=None, table=table)
@@ -139,12 +140,13 @@ def config_from_events(events, name: str | None = None, path: str | os.PathLike 
 
 
 def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary_only: bool = False,
-                 census: bool = False) -> Iterator[Config]:
+                 census: bool = False, op_reduce: str = "") -> Iterator[Config]:
     """Configs under ``data_dir`` one at a time (only one run's DataFrames in memory at once).
     ``engine``: see the module doc (a scanned run's ``events`` holds no per-sample events).
     ``summary_only``: a scanned run's table keeps only what ``lotus analyze stats|wait|verdict``
     read (``cfg.batches`` then costs another scan). ``census``: a scanned run also counts every record
-    (``events.attrs["op_engine"].census``, for ``lotus info``).
+    (``events.attrs["op_engine"].census``, for ``lotus info``). ``op_reduce``: what a scanned run also keeps
+    of its op records for ``lotus report`` and ``lotus plot`` (:func:`lotus.trace.scan.scan_run`).
 
     Raises :class:`InputError` for a missing directory or one without any trace file; a run that
     cannot be read is skipped with a warning.
@@ -157,7 +159,7 @@ def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary
         yielded = 0
         for run in runs:
             try:
-                cfg = _config_of(run, engine, summary_only, census=census)
+                cfg = _config_of(run, engine, summary_only, census=census, op_reduce=op_reduce)
             except InputError as exc:
                 _log.warning("%s; run %s skipped", exc, run.name)
                 continue
@@ -167,9 +169,9 @@ def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary
         raise InputError("no readable run here or below", data_dir)
 
 
-def load_configs(data_dir: str | os.PathLike, *, engine: str = "memory") -> list[Config]:
+def load_configs(data_dir: str | os.PathLike, *, engine: str = "memory", op_reduce: str = "") -> list[Config]:
     """All configs under ``data_dir`` (see :func:`iter_configs`)."""
-    return list(iter_configs(data_dir, engine=engine))
+    return list(iter_configs(data_dir, engine=engine, op_reduce=op_reduce))
 
 
 def load_config(path: str | os.PathLike, *, engine: str = "memory", summary_only: bool = False,

@@ -11,6 +11,11 @@ are drawn first and the values picked during one pass over the files (:func:`_op
 chunks in file order, the DataFrame's, with the excluded batches' ops marked). Counts and integer sums
 per op come from that pass; the counts before it are the scan's own (its moments) when there is
 nothing to exclude, else one more counting pass. Memory: at most ``k`` values per op, plus a chunk.
+
+A scan that kept its op records (:mod:`lotus.trace.opreduce`, ``lotus report`` and ``lotus plot``) needs
+no pass at all: the counts are its moments' where the excluded batches hold no op record (its per-batch
+counts say so), and the values are picked from the op durations it wrote to temporary files, in the same
+file order.
 """
 
 from __future__ import annotations
@@ -65,12 +70,20 @@ def _pass(engine, keys, picks: dict[int, np.ndarray] | None = None):
     return seen, sums, out
 
 
+def _no_ops_in(engine, keys) -> bool:
+    """Whether the scan's per-batch op counts (:mod:`lotus.trace.opreduce`) show no op record in ``keys``."""
+    reduce = getattr(engine, "op_reduce", None)
+    return reduce is not None and reduce.ops_of(keys) == 0
+
+
 def kept_totals(events) -> dict[str, tuple[int, int]]:
     """``{op: (count, sum ns)}`` in pipeline order, the ops of failed and exhausted fetches left out
-    (exact integers): from the scan's moments when nothing is excluded and their float sums are exact,
-    else one pass over the files (cached on the engine)."""
+    (exact integers): from the scan's moments when nothing is excluded (or the excluded batches hold no
+    op record) and their float sums are exact, else one pass over the files (cached on the engine)."""
     engine = op_engine(events)
     keys = _excluded_keys(events, None)
+    if keys is not None and len(keys) and _no_ops_in(engine, keys):
+        keys = None
     cache = _cache(engine)
     ck = _exclusion_key(keys)
     if ck not in cache:
@@ -100,6 +113,12 @@ def op_samples(events, rng: np.random.Generator, max_per_op: int) -> dict[str, n
         else:
             picks[slot[op]] = np.arange(n, dtype=np.int64)
     keys = _excluded_keys(events, None)
+    values = getattr(getattr(engine, "op_reduce", None), "values", None)
+    if values is not None and (keys is None or not len(keys) or _no_ops_in(engine, keys)):
+        for op, (n, _) in counts.items():  # the scan kept every op duration: no pass over the files
+            if values.count(slot[op]) != n:
+                raise RuntimeError(f"{op}: {values.count(slot[op])} op durations kept, {n} counted")
+        return {op: values.pick(slot[op], picks[slot[op]]) for op in counts}
     seen, sums, out = _pass(engine, keys, picks)
     for op, (n, total) in counts.items():
         if int(seen[slot[op]]) != n or sums[slot[op]] != total:  # the files changed since the scan

@@ -18,7 +18,9 @@ says why. The slowest op of an epoch or bucket is over the main loader's success
 (a bucket: those that *started* in it), its share of their preprocessing time: an op of a batch is part
 of that batch's preprocessing, so a share is never above 1, with per-op detail for a share of the batches
 too. A scanned run (:mod:`lotus.trace.scan`) reads its op records again in chunks (integer sums: the same
-figures). From the batches table and per-op totals only: bounded memory whatever the run's length.
+figures), unless its scan kept per-batch op sums (:mod:`lotus.trace.opreduce`, ``lotus report``): those
+are then added up by bucket, with no pass over the files (the same integer sums). From the batches table
+and per-op totals only: bounded memory whatever the run's length.
 """
 
 from __future__ import annotations
@@ -96,6 +98,10 @@ def _op_totals(events, slots: _Slots, main: int, nb: int) -> tuple[dict, list]:
                 hit = bk >= 0
                 _add(acc, ep[hit], bk[hit], codes[sel][idx][hit], ev["dur_ns"].to_numpy(np.float64)[idx][hit], nb)
         order = list(range(len(labels)))
+    elif getattr(getattr(engine, "op_reduce", None), "batch_sums", lambda: None)() is not None:
+        labels = [engine.names[c] for c in engine.slot_codes]
+        acc = _reduced_totals(engine.op_reduce.batch_sums(), slots, main, nb, len(labels))
+        order = np.argsort(engine.slot_codes, kind="stable").tolist()
     else:
         from lotus.trace.rescan import _op_chunks
 
@@ -117,6 +123,27 @@ def _op_totals(events, slots: _Slots, main: int, nb: int) -> tuple[dict, list]:
 
     return ({e: named(r) for e, r in sorted(acc["epoch"].items()) if r.any()},
             [named(r) for r in acc["bucket"].reshape(nb, acc["k"])])
+
+
+def _reduced_totals(blocks, slots: _Slots, main: int, nb: int, k: int) -> dict:
+    """:func:`_op_totals`' sums from the scan's per-batch op sums (integers: the same sums, any order)."""
+    acc = {"k": k, "epoch": {}, "bucket": np.zeros(nb * k)}
+    for (rank, loader, epoch), ids, sums in blocks:
+        if loader != main:
+            continue
+        bk = slots.bucket_of(rank, np.full(ids.size, epoch, np.int64), ids)
+        hit = bk >= 0
+        if not hit.any():
+            continue
+        rows = np.zeros((int(hit.sum()), k), np.int64)
+        w = min(k, sums.shape[1])
+        rows[:, :w] = sums[hit, :w]
+        flat = (bk[hit][:, None] * k + np.arange(k)[None, :]).ravel()
+        acc["bucket"] += np.bincount(flat, weights=rows.ravel().astype(np.float64), minlength=nb * k)
+        row = rows.sum(axis=0).astype(np.float64)
+        if row.any():
+            acc["epoch"].setdefault(int(epoch), np.zeros(k))[:] += row
+    return acc
 
 
 def _slowest(totals: dict[str, float], prep_ns: float) -> tuple[str | None, float | None]:

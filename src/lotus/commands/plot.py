@@ -24,7 +24,8 @@ def plot(data_dir: Path, out_dir: Path, formats: tuple[str, ...], remove_outlier
     from lotus.analysis.plots import all_figures, save_figure
     from lotus.analysis.runs import load_configs
 
-    configs = load_configs(data_dir, engine="auto")  # large runs: the scan engine (same figures)
+    # large runs: the scan engine (same figures), keeping the op durations the figures sample: one pass
+    configs = load_configs(data_dir, engine="auto", op_reduce="values")
     n = 0
     for name, fig in all_figures(configs, remove_outliers=remove_outliers, sort=sort):
         with writing(out_dir):

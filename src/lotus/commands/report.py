@@ -20,7 +20,8 @@ def report(data_dir: Path, out: Path, remove_outliers: bool, no_figures: bool) -
     from lotus.analysis.report import write_report
     from lotus.analysis.runs import load_configs
 
-    configs = load_configs(data_dir, engine="auto")
+    # a scanned run keeps what the trends and figures read of its op records: the files are read once
+    configs = load_configs(data_dir, engine="auto", op_reduce="batches" if no_figures else "values")
     with writing(out):
         html_path, json_path = write_report(configs, out, remove_outliers=remove_outliers,
                                             figures=not no_figures, data_dir=str(data_dir))

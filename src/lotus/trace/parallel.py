@@ -135,6 +135,9 @@ def scan_parts(paths: list[Path], ctx: ScanContext) -> Iterator[ScanPart]:
     if address:
         from lotus.trace.cluster import cluster_parts
 
+        if ctx.op_reduce == "values":  # a cluster's workers write their temporary files on their own disks
+            ctx = replace(ctx, op_reduce="batches")
+
         yield from cluster_parts(address, paths, ctx)
         return
     total = sum(_size(p) for p in paths)

@@ -139,26 +139,29 @@ def _legacy_fetch(arr, code):
     return code, arg, int(legacy.sum())
 
 
-def scan_run(run: Run, columns=None, op_stats: bool = True, census: bool = False):
+def scan_run(run: Run, columns=None, op_stats: bool = True, census: bool = False, op_reduce: str = ""):
     """The events DataFrame of ``run`` without per-sample detail, with an :class:`OpEngine` in its
     ``attrs["op_engine"]`` (see the module doc). The batch-level events are folded into the engine's
     ``batch_parts`` (:mod:`lotus.trace.batchparts`) rather than kept as rows, unless their batch ids are
     too sparse for it: the run is then scanned again, keeping them as rows. ``columns``: the per-batch
     columns to keep (:data:`lotus.trace.batchparts.SUMMARY_COLUMNS` for the summaries of ``lotus
     analyze stats|wait|verdict``; the table then makes no batches DataFrame); None: all. ``census``: also
-    count every record (:class:`lotus.trace.census.Census`, the engine's ``census``; ``lotus info``)."""
+    count every record (:class:`lotus.trace.census.Census`, the engine's ``census``; ``lotus info``).
+    ``op_reduce``: ``"batches"`` also keeps per-batch op sums, ``"values"`` those and every op duration in
+    temporary files (:mod:`lotus.trace.opreduce`, the engine's ``op_reduce``: ``lotus report`` and ``lotus
+    plot`` then read the files once)."""
     if run.original:
         raise InputError("original LotusTrace logs are read in memory (lotus.trace.load_events)", run.path)
     try:
-        return _scan(run, fold=True, columns=columns, op_stats=op_stats, census=census)
+        return _scan(run, fold=True, columns=columns, op_stats=op_stats, census=census, op_reduce=op_reduce)
     except SparseBatchIds as exc:
         _log.info("%s: %s: batch ids too sparse to fold; scanning again with every batch-level event kept",
                   run.path, exc)
         release_freed_memory()
-        return _scan(run, fold=False, op_stats=op_stats, census=census)
+        return _scan(run, fold=False, op_stats=op_stats, census=census, op_reduce=op_reduce)
 
 
-def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: bool = False):
+def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: bool = False, op_reduce: str = ""):
     from lotus.trace.events import _warn_missing_ranks, clock_offsets, loader_offsets
     from lotus.trace.parallel import scan_parts
     from lotus.trace.scanfiles import ScanContext
@@ -174,7 +177,7 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: boo
     offsets = clock_offsets(good)
     per_process = loader_offsets(good)
     ctx = ScanContext(str(run.path), offsets, per_process, fold, None if columns is None else frozenset(columns),
-                      op_stats, census)
+                      op_stats, census, op_reduce=op_reduce)
     part = merge_parts(scan_parts(good, ctx))
     acc, parts = part.acc, part.batch_parts
     if not acc.files:
@@ -191,6 +194,7 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: boo
     engine.by_epoch, engine.by_rank = part.by_epoch, part.by_rank
     engine.op_stats = op_stats
     engine.census = part.census
+    engine.op_reduce = part.op_reduce  # None unless asked for (op_reduce)
     df.attrs["engine"] = "scan"
     if fold:
         engine.folded_extent, engine.fetch_counts = parts.extent, parts.fetches

@@ -39,6 +39,7 @@ class ScanContext:
     op_stats: bool = True
     census: bool = False
     replay: bool = False  # record each chunk's per-op sums (a part to be merged with others)
+    op_reduce: str = ""  # "batches": per-batch op sums; "values": and every op duration (lotus.trace.opreduce)
 
 
 @dataclass
@@ -55,6 +56,7 @@ class ScanPart:
     rows: int = 0  # records read
     census: object = None  # lotus.trace.census.Census
     batch_parts: object = None  # lotus.trace.batchparts.BatchParts
+    op_reduce: object = None  # lotus.trace.opreduce.OpReduce (ScanContext.op_reduce)
 
 
 class _Codes:
@@ -99,6 +101,11 @@ def scan_files(paths: list[Path], ctx: ScanContext) -> ScanPart:
     part = ScanPart(acc, codes.slot_codes, _Moments(), census=Census() if ctx.census else None,
                     batch_parts=BatchParts(ctx.where, ctx.columns) if ctx.fold else None)
     parts, moments = part.batch_parts, part.moments
+    if ctx.op_reduce and ctx.op_stats:
+        from lotus.trace.opreduce import OpReduce
+
+        part.op_reduce = OpReduce(values=ctx.op_reduce == "values")
+    reduce = part.op_reduce
     lookups = parts.codes(codes.small.size) if ctx.fold else None
     spans: dict = {}
     for p in paths:
@@ -125,6 +132,9 @@ def scan_files(paths: list[Path], ctx: ScanContext) -> ScanPart:
                     part.chunks.append(stats)
                 _epoch_sums(part.by_epoch, ep, sl, dur, len(codes.slot_codes), stats[1])
                 _rank_sums(part.by_rank, fs.consts["rank"], stats[1])
+                if reduce is not None:
+                    reduce.add(fs.consts["rank"], arr["loader"][ops].astype(np.int64) + fs.loader_offset, ep,
+                               arr["batch_id"][ops], sl, dur, len(codes.slot_codes))
             n_events += len(arr)
             part.rows += len(arr)
         acc.files.append(_file_entry(p, fs, n_events, ctx.per_process.get(p, 0)))
@@ -136,6 +146,8 @@ def scan_files(paths: list[Path], ctx: ScanContext) -> ScanPart:
         if fs is None or not fs.consts["clean"]:
             _log.info("%s: no end record (process killed or still running); %d events read", p, n_events)
     codes.refresh()
+    if reduce is not None:
+        reduce.finish()
     return part
 
 

@@ -43,6 +43,10 @@ def merge_parts(parts: Iterable[ScanPart]) -> ScanPart:
         from lotus.trace.batchparts import BatchParts
 
         out.batch_parts = BatchParts(first.batch_parts.where, first.batch_parts.columns)
+    if first.op_reduce is not None:  # per-batch op sums add up; op value files concatenate in file order
+        from lotus.trace.opreduce import OpReduce
+
+        out.op_reduce = OpReduce(values=first.op_reduce.values is not None)
     for part in itertools.chain((first, second), it):  # slots stay in code order: a part's new codes come after
         _absorb(out, part)
     return out
@@ -63,6 +67,8 @@ def _absorb(out: ScanPart, part: ScanPart) -> None:
             out.slot_codes.append(c)
         _hist_into(out.moments, part.moments, k, c, out.slot_codes)
     where = np.array([out.slot_codes.index(c) for c in codes], np.int64)
+    if out.op_reduce is not None:
+        out.op_reduce.absorb(part.op_reduce, where, len(out.slot_codes))
     for n, s, sq in part.chunks:  # the means and M2 merged chunk by chunk, in file order
         out.moments.merge(*(_spread(a, where[: len(n)], len(out.slot_codes)) for a in (n, s, sq)))
     for c, row in part.first.items():
