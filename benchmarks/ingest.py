@@ -24,6 +24,15 @@ fitted model's JSON (to compare engines or versions)::
 
     python benchmarks/ingest.py --cli --fit --events 10000000,100000000 --epochs 10 --dir /tmp/lotus17
 
+``--commands`` (with ``--cli``; issue 25: every command end to end) names the commands to run instead of
+stats and verdict, comma-separated, among: stats, verdict, wait, report, diff (the run against itself),
+export (Parquet), plot (PNG), whatif (``--json``), fit (as ``--fit``), info; outputs go to a temporary
+directory, removed after each run; ``$LOTUS_BENCH_SRC`` puts another source tree first on the child's
+path (to time another version of lotus on the same traces, e.g. main's ``src``)::
+
+    python benchmarks/ingest.py --cli --events 10000000,100000000 --epochs 10 --repeat 3 --dir /tmp/l25 \
+        --commands stats,verdict,report,diff,export,plot,whatif,fit
+
 ``--jobs 1,2`` (with ``--cli``; issue 26: the scan on every core) runs each command once per value J,
 pinned to the first J CPUs (``taskset -c 0`` for 1) with ``$LOTUS_JOBS=J``, in turn, ``--repeat`` times,
 and reports besides the child's own peak (``VmHWM``) the peak of the summed resident memory of it and
@@ -116,9 +125,12 @@ def cli_once(cmd: str, run: Path, engine: str, jobs: int | None = None, out=None
                "    kb = [int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM')][0]\n"
                "    open(os.environ['LOTUS_BENCH_HWM'], 'w').write(str(kb * 1024))\n"
                "atexit.register(_hwm)\n")
+        if os.environ.get("LOTUS_BENCH_SRC"):
+            pre = f"import sys\nsys.path.insert(0, {os.environ['LOTUS_BENCH_SRC']!r})\n" + pre
         pre += _FIT if cmd == "fit" else "from lotus.cli import main\nmain()\n"
+        scratch = tempfile.TemporaryDirectory(prefix="lotus-bench-", dir=os.environ.get("LOTUS_BENCH_OUT"))
         t = time.perf_counter()
-        args = ["analyze", cmd, "-d", str(run)] + (["--json"] if out is not None else [])
+        args = _command_args(cmd, run, Path(scratch.name)) + (["--json"] if out is not None else [])
         p = subprocess.Popen([sys.executable, "-c", pre, *args], env=env,
                              stdout=subprocess.DEVNULL if out is None else out, stderr=subprocess.PIPE)
         tree = _TreePeak(p.pid) if jobs is not None else None
@@ -129,7 +141,20 @@ def cli_once(cmd: str, run: Path, engine: str, jobs: int | None = None, out=None
         if status != 0:
             raise SystemExit(f"lotus analyze {cmd} failed on {run}: {p.stderr.read().decode()[-500:]}")
         text = Path(hwm.name).read_text().strip()
+        scratch.cleanup()
     return dt, int(text) if text else usage.ru_maxrss * 1024
+
+
+def _command_args(cmd: str, run: Path, out: Path) -> list[str]:
+    """The lotus command line of ``cmd`` on ``run`` (see ``--commands``); outputs under ``out``."""
+    if cmd in ("stats", "verdict", "wait", "fit"):
+        return ["analyze", cmd, "-d", str(run)]
+    return {"report": ["report", "-d", str(run), "-o", str(out / "report.html")],
+            "diff": ["diff", str(run), str(run)],
+            "export": ["export", "-d", str(run), "-o", str(out)],
+            "plot": ["plot", "-d", str(run), "-o", str(out), "--format", "png"],
+            "whatif": ["whatif", "-d", str(run), "--json"],
+            "info": ["info", "-d", str(run)]}[cmd]
 
 
 class _TreePeak:
@@ -221,6 +246,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1,
                     help="with --cli: epochs of the synthetic run (1B events fit in memory as 10 epochs)")
     ap.add_argument("--dir", type=Path, default=None, help="where to generate traces (kept); default a temp dir")
+    ap.add_argument("--commands", default="", help="with --cli: commands to time (see above)")
     ap.add_argument("--jobs", default="", help="with --cli: comma-separated process counts to compare (see above)")
     ap.add_argument("--ranks", type=int, default=1, help="with --jobs: ranks of the synthetic run")
     args = ap.parse_args()
@@ -241,7 +267,8 @@ def main() -> None:
     if args.cli:
         try:
             print(json.dumps(cli_bench([int(x) for x in args.events.split(",")], root, args.repeat, args.engine,
-                                         args.epochs, ("fit",) if args.fit else ("stats", "verdict"))))
+                                         args.epochs, ("fit",) if args.fit else
+                                         tuple(args.commands.split(",")) if args.commands else ("stats", "verdict"))))
         finally:
             if ctx:
                 ctx.cleanup()
