@@ -153,8 +153,7 @@ def observe(run: RunTrace) -> Observation:
     pin = _f64(b["pin_dur_ns"])
     pin = pin[np.isfinite(pin)] if np.isfinite(pin).any() else None
     start_lat, free_gap = measures.worker_latencies(b, have)
-    queue = _f64(b["queue_ns"]) - np.nan_to_num(_f64(b["pin_dur_ns"]))
-    arrive_lat = float(np.nanmedian(queue)) if np.isfinite(queue).any() else None
+    arrive_lat = measures.arrive_latency(b)
     first_reads, reread = d.first_reads, d.reread
     epoch_batches, epoch_gaps, epoch_boots = measures.epoch_restarts(b)
 
