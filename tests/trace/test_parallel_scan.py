@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lotus.trace import parallel
-from lotus.trace import scan as scan_module
+from lotus.query import parallel
+from lotus.trace import chunks
 from lotus.trace.events import load_events
 from lotus.trace.parts import part_of
 from lotus.trace.synthetic import PipelineSpec, write_native
@@ -37,7 +37,7 @@ def outputs(path, monkeypatch, jobs: int) -> dict:
 
 
 def same_everywhere(path, monkeypatch, chunk: int = 997) -> None:
-    monkeypatch.setattr(scan_module, "CHUNK_RECORDS", chunk)  # forked processes see it too
+    monkeypatch.setattr(chunks, "CHUNK_RECORDS", chunk)  # forked processes see it too
     serial = outputs(path, monkeypatch, 1)
     for jobs in (2, 3):
         got = outputs(path, monkeypatch, jobs)
