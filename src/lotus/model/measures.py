@@ -194,8 +194,8 @@ def int_or_none(v) -> int | None:
 def measured_rate(run, loader: int, ranks: int) -> tuple[float | None, tuple[float, float] | None, str | None]:
     """The one measure (:mod:`lotus.analysis.throughput`) of ``loader`` per rank, its 95% interval and its
     note (a wide interval, a short window), as ``lotus analyze throughput`` reports them."""
+    from lotus.analysis.steady import combine
     from lotus.analysis.throughput import loader_rates
-    from lotus.trace.steady import combine
 
     rates = [r for (_rank, lid), (r, _nb, _ns) in loader_rates(run.batches, run.loaders).items() if lid == loader]
     total, ci = combine(rates)

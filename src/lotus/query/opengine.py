@@ -1,8 +1,8 @@
-"""Per-op statistics of a scanned run (:mod:`lotus.trace.scan`): :class:`OpEngine`, kept in the events
+"""Per-op statistics of a scanned run (:mod:`lotus.query.scan`): :class:`OpEngine`, kept in the events
 DataFrame's ``attrs["op_engine"]``, with what the scan kept beside the events (per-epoch op totals, the
-folded batch-level events' :class:`~lotus.trace.batchtable.BatchTable`, their time extent and fetch
-counts). Op quantiles come from the per-op log-histograms (:mod:`lotus.trace.moments`); excluding
-batches, or the mean's interval, takes another scan (:mod:`lotus.trace.rescan`).
+folded batch-level events' :class:`~lotus.query.batchtable.BatchTable`, their time extent and fetch
+counts). Op quantiles come from the per-op log-histograms (:mod:`lotus.query.moments`); excluding
+batches, or the mean's interval, takes another scan (:mod:`lotus.query.rescan`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lotus.trace.moments import _Moments, hist_quantiles
+from lotus.query.moments import _Moments, hist_quantiles
 
 OP_BUILTINS = ("load", "transform", "sample", "collate")
 
@@ -30,7 +30,7 @@ class OpEngine:
         self.op_stats = True  # False: the scan kept no per-op statistics (scan_run(op_stats=False))
         self.by_epoch: dict[int, np.ndarray] = {}  # per-epoch op totals (set by scan_run)
         self.by_rank: dict[int, np.ndarray] = {}  # per-rank op totals (set by scan_run)
-        # the batch-level events folded by the scan (lotus.trace.batchparts); None where it kept them as rows
+        # the batch-level events folded by the scan (lotus.query.batchparts); None where it kept them as rows
         self.batch_table = None  # their BatchTable
         self.folded_extent: dict[int, list[int]] = {}  # epoch -> time extent of the folded events
         self.fetch_counts = None  # fetches: ok, ok and detail, detail (what detail_share reads of them)
@@ -77,7 +77,7 @@ class OpEngine:
 
     def op_mean_ci95_ms(self, names, exclude_keys=None) -> dict[str, list[float] | None]:
         """95% interval (ms) of each op's mean per call, batches as the sampled units (a second scan)."""
-        from lotus.trace.rescan import op_mean_ci95
+        from lotus.query.rescan import op_mean_ci95
 
         ci = op_mean_ci95(self, exclude_keys)
         slot = {self.names[c]: k for k, c in enumerate(self.slot_codes)}
@@ -90,7 +90,7 @@ class OpEngine:
         self._need_op_stats()
         m = self.moments
         if exclude_keys is not None and len(exclude_keys):
-            from lotus.trace.rescan import rescan_ops
+            from lotus.query.rescan import rescan_ops
 
             m = rescan_ops(self, exclude_keys)
         slot = {self.names[c]: k for k, c in enumerate(self.slot_codes)}

@@ -1,7 +1,7 @@
-"""The columns of a :class:`lotus.trace.batchtable.BatchTable` from the per-group arrays of
-:class:`lotus.trace.batchparts.BatchParts` (its ``finish``), a block of slots at a time.
+"""The columns of a :class:`lotus.query.batchtable.BatchTable` from the per-group arrays of
+:class:`lotus.query.batchparts.BatchParts` (its ``finish``), a block of slots at a time.
 
-Everything is made on disk (:mod:`lotus.trace.spill`) and read back :data:`BLOCK` slots at a time,
+Everything is made on disk (:mod:`lotus.query.spill`) and read back :data:`BLOCK` slots at a time,
 the pages dropped after each block, so that making the table costs the same memory for any number of
 batches: per group, which slots are keys (a bool a slot, spilled), then the batch ids, then each
 column, the groups' arrays of a column released as it is made. The values and their order are those
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lotus.trace import spill
+from lotus.query import spill
 
 BLOCK = 1 << 19  # slots handled at once
 

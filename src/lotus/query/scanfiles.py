@@ -1,13 +1,13 @@
 """One pass of the out-of-core scan over some files of a run (:func:`scan_files`), and what it keeps
-(:class:`ScanPart`): the unit of work that :mod:`lotus.trace.scan` runs in one process, or spreads over
-processes or a cluster's workers (:mod:`lotus.trace.parallel`) and merges (:mod:`lotus.trace.scanmerge`).
+(:class:`ScanPart`): the unit of work that :mod:`lotus.query.scan` runs in one process, or spreads over
+processes or a cluster's workers (:mod:`lotus.query.parallel`) and merges (:mod:`lotus.query.scanmerge`).
 
-A part is what :func:`lotus.trace.scan.scan_run` kept while reading its files, in a name table of its
+A part is what :func:`lotus.query.scan.scan_run` kept while reading its files, in a name table of its
 own (codes in the order the part met the names, the built-in events first): the kept event rows, the
 file entries, per-op moments and, for each chunk, the per-op (count, sum, sum of squares) that fed them
 (so that the merge can replay the serial path's floating-point merges in its order), per-op histograms,
 exact minima and maxima, per-epoch and per-rank op totals, the first row of each code, a record census
-and the folded batch-level columns (:class:`lotus.trace.batchparts.BatchParts`). Everything is picklable.
+and the folded batch-level columns (:class:`lotus.query.batchparts.BatchParts`). Everything is picklable.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from lotus.query.opengine import OP_BUILTINS
 from lotus.trace import schema as S
 from lotus.trace.native import read_header
-from lotus.trace.opengine import OP_BUILTINS
 
 _log = logging.getLogger("lotus.trace")
 PER_SAMPLE_IDS = (S.EV_SAMPLE, S.EV_LOAD, S.EV_TRANSFORM)
@@ -47,14 +47,14 @@ class ScanPart:
 
     acc: object  # lotus.trace.events._Acc: names, kept rows (parts), file entries
     slot_codes: list[int]
-    moments: object  # lotus.trace.moments._Moments
+    moments: object  # lotus.query.moments._Moments
     chunks: list = field(default_factory=list)  # per chunk with ops: (n, sum, sum of squares) by slot
     by_epoch: dict = field(default_factory=dict)
     by_rank: dict = field(default_factory=dict)
     first: dict = field(default_factory=dict)  # code -> first row (all records counted) in the part
     rows: int = 0  # records read
-    census: object = None  # lotus.trace.census.Census
-    batch_parts: object = None  # lotus.trace.batchparts.BatchParts
+    census: object = None  # lotus.query.census.Census
+    batch_parts: object = None  # lotus.query.batchparts.BatchParts
 
 
 class _Codes:
@@ -88,11 +88,11 @@ class _Codes:
 
 def scan_files(paths: list[Path], ctx: ScanContext) -> ScanPart:
     """Scan ``paths`` (in this order; every part of a process among them) into a :class:`ScanPart`."""
-    from lotus.trace.batchparts import BatchParts
-    from lotus.trace.census import Census
+    from lotus.query.batchparts import BatchParts
+    from lotus.query.census import Census
+    from lotus.query.moments import _epoch_sums, _Moments, _rank_sums
+    from lotus.trace.chunks import record_chunks
     from lotus.trace.events import _Acc
-    from lotus.trace.moments import _epoch_sums, _Moments, _rank_sums
-    from lotus.trace.scan import _chunks
 
     acc = _Acc()
     codes = _Codes(acc, ctx.where)
@@ -104,7 +104,7 @@ def scan_files(paths: list[Path], ctx: ScanContext) -> ScanPart:
     for p in paths:
         n_events = n_legacy = 0
         fs = None
-        for arr, code, fs in _chunks(p, ctx.offsets, ctx.per_process.get(p, 0), codes.code_of, spans=spans):
+        for arr, code, fs in record_chunks(p, ctx.offsets, ctx.per_process.get(p, 0), codes.code_of, spans=spans):
             codes.refresh()
             per_code = np.bincount(code, minlength=1)
             if part.census is not None:

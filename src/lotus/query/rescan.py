@@ -1,4 +1,4 @@
-"""Second passes of the out-of-core engine (:mod:`lotus.trace.scan`) over a scanned run's files.
+"""Second passes of the out-of-core engine (:mod:`lotus.query.scan`) over a scanned run's files.
 
 * :func:`rescan_ops`: per-op moments without the events of some batch keys (failed and exhausted
   fetches, outliers), made only when there are such keys;
@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lotus.query.moments import _Moments
 from lotus.trace import schema as S
-from lotus.trace.discover import Run
-from lotus.trace.scan import _ROLES, OpEngine, _chunks, _frame, _legacy_fetch, _Moments
+from lotus.trace.chunks import ROLES, record_chunks
+from lotus.trace.chunks import legacy_fetch as _legacy_fetch
+from lotus.trace.discover import FileList, Run
+
+if TYPE_CHECKING:
+    from lotus.query.opengine import OpEngine
 
 
 def sample_counts(engine: OpEngine, keys) -> dict:
@@ -32,7 +38,7 @@ def sample_counts(engine: OpEngine, keys) -> dict:
     found: dict[tuple, list[int]] = {}
     spans: dict = {}
     for p in engine.paths:
-        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0),
+        for arr, code, fs in record_chunks(p, engine.offsets, engine.loader_offsets.get(p, 0),
                                      lambda n, c: by_name.get(n, 0), spans=spans):
             sel = ((code == S.EV_SAMPLE) | (code == S.EV_LOAD)) & np.isin(arr["batch_id"], ids)
             lo = arr["loader"].astype(np.int64) + fs.loader_offset
@@ -47,10 +53,10 @@ def sample_counts(engine: OpEngine, keys) -> dict:
 
 def batches_of_scan(events):
     """The batches DataFrame of a scanned run: from its folded batch-level events
-    (:meth:`lotus.trace.batchtable.BatchTable.frame`), or :func:`lotus.trace.batches.batches_from_events`
+    (:meth:`lotus.query.batchtable.BatchTable.frame`), or :func:`lotus.query.batches.batches_from_events`
     on the kept events where the scan kept them as rows, plus ``n_samples`` of batches without a
     collate from their per-sample events."""
-    from lotus.trace.batches import batches_from_events
+    from lotus.query.batches import batches_from_events
 
     engine = events.attrs.get("op_engine")
     table = getattr(engine, "batch_table", None)
@@ -64,7 +70,7 @@ def batches_of_scan(events):
 
 def fill_sample_counts(engine: OpEngine, out) -> None:
     """``n_samples`` of the batches without a collate, from their per-sample events (another scan)."""
-    from lotus.trace.batches import KEY
+    from lotus.query.batches import KEY
 
     missing = out["n_samples"].isna().to_numpy()
     if not missing.any():
@@ -89,7 +95,7 @@ def _exclusion(engine: OpEngine, exclude_keys):
     return np.unique(ex["batch_id"].to_numpy(np.int64)), set(map(tuple, ex.to_numpy(np.int64).tolist()))
 
 
-def _op_chunks(engine: OpEngine, exclude_keys):
+def op_chunks(engine: OpEngine, exclude_keys):
     """Yield ``(arr, slot, keep, fs)`` per chunk: each event's op slot (-1: not an op) and whether it
     counts (an op outside the excluded batch keys)."""
     ids, want = _exclusion(engine, exclude_keys)
@@ -103,7 +109,7 @@ def _op_chunks(engine: OpEngine, exclude_keys):
 
     spans: dict = {}
     for p in engine.paths:
-        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), code_of,
+        for arr, code, fs in record_chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), code_of,
                                      spans=spans):
             code, _, _ = _legacy_fetch(arr, code)
             slot = slot_of[code]
@@ -123,7 +129,7 @@ def rescan_ops(engine: OpEngine, exclude_keys) -> _Moments:
     """Per-op moments again, without the events of the excluded batch keys."""
     m = _Moments()
     slots = len(engine.slot_codes)
-    for arr, slot, keep, _ in _op_chunks(engine, exclude_keys):
+    for arr, slot, keep, _ in op_chunks(engine, exclude_keys):
         if keep.any():
             m.add(slot[keep], arr["dur_ns"][keep], slots)
     m.grow(slots)
@@ -137,7 +143,7 @@ def op_mean_ci95(engine: OpEngine, exclude_keys=None) -> dict[int, list[float] |
     as two units). None for an op seen in fewer than two batches."""
     slots = len(engine.slot_codes)
     acc = np.zeros((slots, 6))  # units, sum t, sum c, sum t^2, sum t*c, sum c^2
-    for arr, slot, keep, _fs in _op_chunks(engine, exclude_keys):
+    for arr, slot, keep, _fs in op_chunks(engine, exclude_keys):
         if not keep.any():
             continue
         sl = slot[keep].astype(np.int64)
@@ -173,7 +179,7 @@ def window_scan(engine: OpEngine, t0: int, t1: int, *, name=None, path=None):
     acc = _Acc()
     spans: dict = {}
     for p in engine.paths:
-        for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code,
+        for arr, code, fs in record_chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code,
                                      spans=spans):
             code, arg, _ = _legacy_fetch(arr, code)
             start = arr["start_ns"] + fs.shift
@@ -207,7 +213,7 @@ def export_events(engine: OpEngine, out: Path, meta: bytes) -> Path:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
             spans: dict = {}
             for p in engine.paths:
-                for arr, code, fs in _chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code,
+                for arr, code, fs in record_chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code,
                                              spans=spans):
                     code, arg, _ = _legacy_fetch(arr, code)
                     names = np.array(acc.names, dtype=object)
@@ -215,7 +221,7 @@ def export_events(engine: OpEngine, out: Path, meta: bytes) -> Path:
                     n = len(arr)
                     cols = {"name": names[code], "cat": cats[code], "start_ns": arr["start_ns"] + fs.shift,
                             "dur_ns": arr["dur_ns"], "pid": np.full(n, fs.consts["pid"], np.int32),
-                            "role": np.full(n, _ROLES[fs.consts["role"]], dtype=object),
+                            "role": np.full(n, ROLES[fs.consts["role"]], dtype=object),
                             "worker_id": np.full(n, fs.consts["worker_id"], np.int32),
                             "rank": np.full(n, fs.consts["rank"], np.int32),
                             "loader": arr["loader"].astype(np.int32) + fs.loader_offset, "epoch": arr["epoch"],
@@ -227,3 +233,24 @@ def export_events(engine: OpEngine, out: Path, meta: bytes) -> Path:
         if tmp.exists():
             tmp.unlink()
     return out
+
+
+def _frame(acc, run: Run):
+    """The events DataFrame of the kept rows (the columns and categories of ``load_events``)."""
+    import pandas as pd
+
+    from lotus.trace.events import EVENT_COLUMNS, _unique_labels
+
+    code = acc.column("code")
+    cat_names = sorted(set(acc.cats))
+    cat_of_code = np.array([cat_names.index(c) for c in acc.cats], np.int8)
+    columns = {"name": pd.Categorical.from_codes(code, categories=_unique_labels(acc.names)),
+               "cat": pd.Categorical.from_codes(cat_of_code[code], categories=cat_names)}
+    for c in EVENT_COLUMNS[2:]:
+        arr = acc.column(c)
+        columns[c] = pd.Categorical.from_codes(arr, categories=ROLES) if c == "role" else arr
+    df = pd.DataFrame(columns, copy=False)
+    df.attrs["run"] = run.name
+    df.attrs["path"] = str(run.path)
+    df.attrs["files"] = FileList(acc.files)  # shared by the frames made from it
+    return df

@@ -1,7 +1,7 @@
 """The batches of a scanned run as compact columns (:class:`BatchTable`), made by
-:meth:`lotus.trace.batchparts.BatchParts.finish`.
+:meth:`lotus.query.batchparts.BatchParts.finish`.
 
-The batches DataFrame (:mod:`lotus.trace.batches`) holds 27 columns, most of them nullable Int64 (9
+The batches DataFrame (:mod:`lotus.query.batches`) holds 27 columns, most of them nullable Int64 (9
 bytes a value), several derivable from the others. A :class:`BatchTable` keeps only what the
 batch-level events gave, as plain numpy arrays with the dtype's minimum as "missing": timestamps
 int64, durations, flags and ids int32 where they fit; columns no event filled are absent; the key's
@@ -13,7 +13,7 @@ The summaries that ``lotus analyze stats|wait|verdict`` print are computed from 
 (:mod:`lotus.analysis.compact`); :meth:`BatchTable.frame` builds the full DataFrame, identical to the
 in-memory path's, for everything else (:class:`lotus.analysis.runs.Config` does it on first use).
 
-The columns of a scanned run are on disk (:mod:`lotus.trace.spill`); the summaries read them as
+The columns of a scanned run are on disk (:mod:`lotus.query.spill`); the summaries read them as
 :meth:`BatchTable.views` of :data:`ROWS` rows, whose pages are dropped after each, so that their memory
 does not grow with the run.
 """
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from lotus.query import spill
+from lotus.query.batches import detail_counts_share
 from lotus.trace import schema as S
-from lotus.trace import spill
 
 _I32_MIN, _I64_MIN = int(np.iinfo(np.int32).min), int(np.iinfo(np.int64).min)
 _KEY = ("rank", "loader", "epoch", "batch_id")
@@ -46,7 +47,7 @@ class BatchTable:
         self.keys = keys  # (groups, 3) int64: rank, loader, epoch of each group, in order
         self.counts = counts  # rows of each group
         self.batch_id = batch_id
-        self.raw = raw  # joined column name (lotus.trace.batchparts.COLUMNS) -> array
+        self.raw = raw  # joined column name (lotus.query.batchparts.COLUMNS) -> array
         self.attrs = dict(attrs)
         self.any_keys = len(keys) > 0  # any batch-level event at all (else the empty frame of no events)
         self._failed = None  # failed(), once asked for
@@ -70,14 +71,14 @@ class BatchTable:
 
     def views(self, rows: int | None = None):
         """The table as views of ``rows`` (:data:`ROWS`) rows, in order; the spilled columns' pages are
-        dropped after each (:func:`lotus.trace.spill.trim`)."""
+        dropped after each (:func:`lotus.query.spill.trim`)."""
         step = ROWS if rows is None else rows
         for lo in range(0, len(self), step):
             yield self.view(lo, min(len(self), lo + step))
             self.release()
 
     def release(self) -> None:
-        """Drop what was read of the spilled columns from the resident set (:func:`lotus.trace.spill.drop`)."""
+        """Drop what was read of the spilled columns from the resident set (:func:`lotus.query.spill.drop`)."""
         spill.drop(self.batch_id, *self.raw.values())
 
     def group_spans(self):
@@ -104,11 +105,11 @@ class BatchTable:
         return np.repeat(np.arange(len(self.keys), dtype=np.int32), self.counts)
 
     def only_batches(self) -> BatchTable:
-        """Keep the keys that are batches (:func:`lotus.trace.batches.batch_rows`: the same rule, warnings
+        """Keep the keys that are batches (:func:`lotus.query.batches.batch_rows`: the same rule, warnings
         and counts in ``attrs``); empty groups are dropped. Returns self."""
         import pandas as pd
 
-        from lotus.trace.batches import batch_rows
+        from lotus.query.batches import batch_rows
 
         # the rule is row by row: only keys neither fetched nor consumed, or exhausted, can be anything but a
         # batch or count in attrs; batch_rows sees those (usually none) and the others are batches
@@ -130,8 +131,8 @@ class BatchTable:
         return self
 
     def _warn_clocks(self) -> None:
-        """:func:`lotus.trace.batches.warn_clock_skew` of the table (batches_from_joined's warning)."""
-        from lotus.trace.batches import warn_clock_skew
+        """:func:`lotus.query.batches.warn_clock_skew` of the table (batches_from_joined's warning)."""
+        from lotus.query.batches import warn_clock_skew
 
         late = {"consumed_ns": 0, "arrive_ns": 0}
         for v in self.views():
@@ -177,7 +178,7 @@ class BatchTable:
 
     def values(self, name: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(int64 values, valid mask) of a column of the batches DataFrame (module doc of
-        :mod:`lotus.trace.batches`; ``failed`` and ``buffered`` as 0/1) or of the joined parts (``_wait_flags``),
+        :mod:`lotus.query.batches`; ``failed`` and ``buffered`` as 0/1) or of the joined parts (``_wait_flags``),
         of every row or of ``rows`` (indices: taken before widening, so that the temporaries are theirs);
         values where not valid are unspecified."""
         n = len(self) if rows is None else len(rows)
@@ -235,8 +236,8 @@ class BatchTable:
         return self._failed
 
     def outcome_summary(self) -> dict:
-        """:func:`lotus.trace.batches.outcome_summary` of the table."""
-        from lotus.trace.batches import outcomes_of
+        """:func:`lotus.query.batches.outcome_summary` of the table."""
+        from lotus.query.batches import outcomes_of
 
         f = self.failed_rows()
         w, ok = self.values("worker_id", f)
@@ -249,12 +250,12 @@ class BatchTable:
         return pd.DataFrame({c: self.values(c, rows)[0] for c in _KEY})
 
     def frame(self):
-        """The batches DataFrame of these rows: :func:`lotus.trace.batches.batches_from_joined` on the
+        """The batches DataFrame of these rows: :func:`lotus.query.batches.batches_from_joined` on the
         columns, plus ``n_samples`` of batches without a collate from their per-sample events (another
         scan of the files, only when there are such batches)."""
         import pandas as pd
 
-        from lotus.trace.batches import batches_from_joined, empty_batches
+        from lotus.query.batches import batches_from_joined, empty_batches
 
         if self.partial:
             raise RuntimeError("a table of the summaries' columns only makes no batches DataFrame: scan every column")
@@ -269,18 +270,10 @@ class BatchTable:
         out = batches_from_joined(joined, self.attrs, only_batches=False, warn_clocks=False)
         engine = self.attrs.get("op_engine")
         if engine is not None:
-            from lotus.trace.rescan import fill_sample_counts
+            from lotus.query.rescan import fill_sample_counts
 
             fill_sample_counts(engine, out)
         return out
-
-
-def detail_counts_share(fetches) -> float:
-    """:func:`lotus.trace.batches.detail_share` from counts (ok, ok and detail, detail) of fetches."""
-    ok, ok_flagged, flagged = (int(x) for x in fetches)
-    if not ok or not flagged:
-        return 1.0
-    return float(ok_flagged) / float(ok)
 
 
 __all__ = ["BatchTable", "detail_counts_share"]

@@ -1,7 +1,7 @@
 """Every record of a scanned run counted by event name, with its time span, ranks and epochs: what
 ``lotus info`` reports, without the events DataFrame the in-memory path builds for it.
 
-The scan (:func:`lotus.trace.scan.scan_run` with ``census=True``) feeds each chunk of records as read,
+The scan (:func:`lotus.query.scan.scan_run` with ``census=True``) feeds each chunk of records as read,
 after the same expansion and derivation as :func:`lotus.trace.load_events` (packed batches, derived
 ``load``/``transform`` spans), so the counts are those of the events DataFrame row for row. Memory: one
 count per event name and one flag per epoch.

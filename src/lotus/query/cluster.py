@@ -1,9 +1,9 @@
 """The scan's parts on a running Dask cluster (``--cluster ADDRESS`` / ``$LOTUS_CLUSTER``).
 
-The same parts as on this machine's cores (:func:`lotus.trace.parallel.plan`: runs of consecutive files,
-:func:`lotus.trace.scanfiles.scan_files` on each) are submitted to the cluster's scheduler, about
-:data:`lotus.trace.parallel.TASKS_PER_JOB` per worker thread, and their results merged here in file order
-(:mod:`lotus.trace.scanmerge`): the same bytes out as the local engine. The workers read the trace files
+The same parts as on this machine's cores (:func:`lotus.query.parallel.plan`: runs of consecutive files,
+:func:`lotus.query.scanfiles.scan_files` on each) are submitted to the cluster's scheduler, about
+:data:`lotus.query.parallel.TASKS_PER_JOB` per worker thread, and their results merged here in file order
+(:mod:`lotus.query.scanmerge`): the same bytes out as the local engine. The workers read the trace files
 at the paths this process sees (shared storage: NFS, Lustre, a bind mount) and must have lotus installed.
 
 A worker that dies mid-part: the scheduler runs the part again on another worker (Dask's own retry; a part
@@ -23,7 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from lotus.errors import ClusterError, InputError
-from lotus.trace.scanfiles import ScanContext, ScanPart
+from lotus.query.scanfiles import ScanContext, ScanPart
+from lotus.query.scanplan import PART_BYTES, TASKS_PER_JOB, _size, plan, scan_task
 
 _log = logging.getLogger("lotus.trace")
 TIMEOUT_S = 10.0
@@ -74,11 +75,9 @@ def _threads(c) -> int:
 
 
 def scan_remote(paths: list[Path], ctx: ScanContext) -> ScanPart:
-    """One part, on a worker (:func:`lotus.trace.parallel.scan_task`); a file it cannot read is an
+    """One part, on a worker (:func:`lotus.query.scanplan.scan_task`); a file it cannot read is an
     :class:`InputError` naming the worker's host."""
     import socket
-
-    from lotus.trace.parallel import scan_task
 
     try:
         return scan_task((paths, ctx))
@@ -89,8 +88,6 @@ def scan_remote(paths: list[Path], ctx: ScanContext) -> ScanPart:
 
 def cluster_parts(address: str, paths: list[Path], ctx: ScanContext) -> Iterator[ScanPart]:
     """The parts of a scan of ``paths`` computed on the cluster at ``address``, in file order."""
-    from lotus.trace.parallel import PART_BYTES, TASKS_PER_JOB, _size, plan
-
     c = client(address)
     threads = _threads(c)
     total = sum(_size(p) for p in paths)

@@ -1,4 +1,4 @@
-"""Merging the parts of one scan (:class:`lotus.trace.scanfiles.ScanPart`, each over a run of consecutive
+"""Merging the parts of one scan (:class:`lotus.query.scanfiles.ScanPart`, each over a run of consecutive
 files) into what one pass over all the files, in their order, would have kept: the same bytes out.
 
 * names: each part's new names get run-wide codes in the order the part met them, parts in file order:
@@ -10,7 +10,7 @@ files) into what one pass over all the files, in their order, would have kept: t
   chunks' (count, sum, sum of squares): the additions one pass makes, in its order;
 * per-epoch and per-rank op totals (integer sums, exact below 2**53 ns), the census (counts, extremes,
   sets) and the first row of each code (a part's rows after the earlier parts' records) add up;
-* the folded batch-level columns: :meth:`lotus.trace.batchparts.BatchParts.absorb`, in file order.
+* the folded batch-level columns: :meth:`lotus.query.batchparts.BatchParts.absorb`, in file order.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from lotus.trace.scanfiles import ScanPart
+from lotus.query.scanfiles import ScanPart
 
 
 def merge_parts(parts: Iterable[ScanPart]) -> ScanPart:
     """One :class:`ScanPart` from ``parts`` in file order (module doc); a single part is returned as it is.
     The parts of several must have recorded their chunks (:class:`ScanContext` ``replay``)."""
+    from lotus.query.moments import _Moments
     from lotus.trace.events import _Acc
-    from lotus.trace.moments import _Moments
 
     it = iter(parts)
     first = next(it)
@@ -36,11 +36,11 @@ def merge_parts(parts: Iterable[ScanPart]) -> ScanPart:
         return first
     out = ScanPart(_Acc(), [], _Moments())
     if first.census is not None:
-        from lotus.trace.census import Census
+        from lotus.query.census import Census
 
         out.census = Census()
     if first.batch_parts is not None:
-        from lotus.trace.batchparts import BatchParts
+        from lotus.query.batchparts import BatchParts
 
         out.batch_parts = BatchParts(first.batch_parts.where, first.batch_parts.columns)
     for part in itertools.chain((first, second), it):  # slots stay in code order: a part's new codes come after

@@ -1,14 +1,14 @@
-"""Batch-level events folded into per-batch columns while a run is scanned (:mod:`lotus.trace.scan`).
+"""Batch-level events folded into per-batch columns while a run is scanned (:mod:`lotus.query.scan`).
 
-:func:`lotus.trace.batches.batches_from_events` joins, per batch key (rank, loader, epoch, batch_id),
-one event of each kind of :data:`~lotus.trace.batches._PARTS` (the first of duplicates, with a
-warning) and the sums of :data:`~lotus.trace.batches._SUMS` (collate and put times; collate's largest
+:func:`lotus.query.batches.batches_from_events` joins, per batch key (rank, loader, epoch, batch_id),
+one event of each kind of :data:`~lotus.query.batches._PARTS` (the first of duplicates, with a
+warning) and the sums of :data:`~lotus.query.batches._SUMS` (collate and put times; collate's largest
 ``arg`` as the sample count). :class:`BatchParts` accumulates exactly those values while the chunks go
-by, in dense arrays per (rank, loader, epoch) indexed by batch id (on disk, :mod:`lotus.trace.spill`:
+by, in dense arrays per (rank, loader, epoch) indexed by batch id (on disk, :mod:`lotus.query.spill`:
 the pages a chunk touched are dropped after it), a sentinel (the dtype's minimum)
 where a kind was not seen; a column exists only once an event fills it. Timestamps are int64; the
 other columns (durations, flags, ids) start as int32 and become int64 when a value needs it.
-:meth:`BatchParts.finish` turns them into a :class:`lotus.trace.batchtable.BatchTable`, one column at
+:meth:`BatchParts.finish` turns them into a :class:`lotus.query.batchtable.BatchTable`, one column at
 a time (the groups' arrays of a column freed once it is made: the peak is the groups plus one column).
 
 ``BatchParts(where, columns)`` keeps only ``columns`` (:data:`SUMMARY_COLUMNS`: what ``lotus analyze
@@ -30,9 +30,9 @@ import logging
 
 import numpy as np
 
+from lotus.query import spill
+from lotus.query.batches import _PARTS, _SUMS
 from lotus.trace import schema as S
-from lotus.trace import spill
-from lotus.trace.batches import _PARTS, _SUMS
 
 _log = logging.getLogger("lotus.trace")
 I32, I64 = np.iinfo(np.int32), np.iinfo(np.int64)
@@ -116,7 +116,7 @@ class BatchParts:
                 raise SparseBatchIds(f"batch id {need - 1} of rank {key[0]}, loader {key[1]}, epoch {key[2]}")
             self.slots += cap - g["cap"]
             for name, a in list(g.items()):
-                if name != "cap":  # one column at a time, on disk (lotus.trace.spill)
+                if name != "cap":  # one column at a time, on disk (lotus.query.spill)
                     g[name] = spill.copy_of(a, n=cap, fill=sentinel(a.dtype))
             g["cap"] = cap
         return g
@@ -196,7 +196,7 @@ class BatchParts:
         seen[u] |= bit
 
     def _count_fetches(self, arg) -> None:
-        """What :func:`lotus.trace.batches.detail_share` reads of the fetches, which are no rows."""
+        """What :func:`lotus.query.batches.detail_share` reads of the fetches, which are no rows."""
         ok = (arg < 0) | ((arg & S.FETCH_ERROR) == 0)
         flagged = (arg > 0) & ((arg & S.FETCH_DETAIL) != 0)
         self.fetches += [int(ok.sum()), int((ok & flagged).sum()), int(flagged.sum())]
@@ -212,10 +212,10 @@ class BatchParts:
 
     # -- merging ---------------------------------------------------------------------------------------
     def absorb(self, other: BatchParts) -> None:
-        """Fold in ``other``, the parts of files read after this one's (:mod:`lotus.trace.scanmerge`), as one
+        """Fold in ``other``, the parts of files read after this one's (:mod:`lotus.query.scanmerge`), as one
         :class:`BatchParts` reading all those files in that order would have made them: per key and kind,
         the columns of the first that saw it (a later one's count as duplicates), sums added, collate's
-        sample count the larger; group arrays on disk (:mod:`lotus.trace.spill`)."""
+        sample count the larger; group arrays on disk (:mod:`lotus.query.spill`)."""
         self.events += other.events
         self.slots += other.slots
         self.fetches = self.fetches + other.fetches
@@ -270,15 +270,15 @@ class BatchParts:
 
     # -- the table -------------------------------------------------------------------------------------
     def finish(self, attrs: dict):
-        """The :class:`~lotus.trace.batchtable.BatchTable` of the parts (only the keys that are batches);
+        """The :class:`~lotus.query.batchtable.BatchTable` of the parts (only the keys that are batches);
         the group arrays are released column by column. ``attrs``: the events' attrs."""
-        from lotus.trace.batchtable import BatchTable
+        from lotus.query.batchtable import BatchTable
 
         for kind in _PARTS:  # one warning per kind, in the order batches_from_events gives them
             if self.duplicates.get(kind):
                 _log.warning("%s: %d duplicate '%s' events for the same batch key ignored", self.where,
                              self.duplicates[kind], kind)
-        from lotus.trace.tablebuild import build
+        from lotus.query.tablebuild import build
 
         keys = sorted(self.groups)
         counts, bid, raw = build(self.groups, keys, COLUMNS)

@@ -1,6 +1,6 @@
 """Rates over a window of a run (an epoch, a time bucket): the one rule.
 
-The steady-state estimator (:mod:`lotus.trace.steady`) measures a run's rate with its interval. Rates of
+The steady-state estimator (:mod:`lotus.analysis.steady`) measures a run's rate with its interval. Rates of
 parts of a run (the report's trends per epoch and per time bucket) come from here, under one rule, so
 that no rate is a division by a span too short to mean one:
 

@@ -1,4 +1,4 @@
-"""Streaming per-op aggregates for the out-of-core engine (:mod:`lotus.trace.scan`).
+"""Streaming per-op aggregates for the out-of-core engine (:mod:`lotus.query.scan`).
 
 :class:`_Moments` merges chunks of (op slot, duration) pairs: count, sum, mean and M2 (Chan's parallel
 merge of per-chunk moments), exact min and max, and a log-histogram of :data:`BINS_PER_OCTAVE` bins per

@@ -1,8 +1,8 @@
 """Where the parts of a scan run: in this process, on every core of this machine, or on a cluster.
 
-The scan (:mod:`lotus.trace.scan`) splits a run's files, in their order, into runs of consecutive files
+The scan (:mod:`lotus.query.scan`) splits a run's files, in their order, into runs of consecutive files
 (:func:`plan`: every part of a process in one of them, about equal bytes) and scans each with
-:func:`lotus.trace.scanfiles.scan_files`; :func:`lotus.trace.scanmerge.merge_parts` merges the parts in
+:func:`lotus.query.scanfiles.scan_files`; :func:`lotus.query.scanmerge.merge_parts` merges the parts in
 that order into the bytes one pass would have made. How many processes (:func:`jobs`):
 
 * ``$LOTUS_JOBS`` (``lotus ... --jobs N``): N processes (1: the serial path, in this process, no merge;
@@ -11,7 +11,7 @@ that order into the bytes one pass would have made. How many processes (:func:`j
 
 Processes are forked (``multiprocessing``; the parts come back pickled, in order). ``$LOTUS_CLUSTER``
 (``--cluster ADDRESS``) sends the same parts to a running Dask cluster instead
-(:mod:`lotus.trace.cluster`): its workers read the files at the same paths (shared storage).
+(:mod:`lotus.query.cluster`): its workers read the files at the same paths (shared storage).
 """
 
 from __future__ import annotations
@@ -24,13 +24,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from lotus.errors import LotusError
-from lotus.trace.scanfiles import ScanContext, ScanPart, scan_files
+from lotus.query.scanfiles import ScanContext, ScanPart, scan_files
+from lotus.query.scanplan import PART_BYTES, TASKS_PER_JOB, _size, plan, scan_task
 
 _log = logging.getLogger("lotus.trace")
 PARALLEL_MIN_BYTES = 64 << 20  # smaller runs: one process (starting others costs more than it saves)
-TASKS_PER_JOB = 5  # parts per process: the last ones to finish are shorter (balance)
-PART_BYTES = 1 << 30  # ... and at most about this many bytes of files a part
-IN_MEMORY_PART_BYTES = 2 << 30  # a part of fewer bytes keeps its per-batch columns in memory (~1% of them)
 
 
 def cores() -> int:
@@ -49,7 +47,7 @@ def settings(jobs: int | None = None, cluster: str | None = None):
     if jobs is not None:
         _OVERRIDE["jobs"] = str(jobs)
     if cluster is not None:
-        from lotus.trace.cluster import check
+        from lotus.query.cluster import check
 
         _OVERRIDE["cluster"] = check(cluster)
     try:
@@ -58,7 +56,7 @@ def settings(jobs: int | None = None, cluster: str | None = None):
         _OVERRIDE.clear()
         _OVERRIDE.update(before)
         if cluster is not None:
-            from lotus.trace.cluster import close
+            from lotus.query.cluster import close
 
             close()
 
@@ -86,54 +84,11 @@ def jobs(total_bytes: int) -> int:
     return n
 
 
-def _size(p: Path) -> int:
-    try:
-        return p.stat().st_size * (5 if p.name.endswith(".zst") else 1)
-    except OSError:
-        return 0
-
-
-def plan(paths: list[Path], n: int) -> list[list[Path]]:
-    """``paths`` cut into at most ``n`` runs of consecutive files of about equal bytes, never between two
-    parts of one process (a process's parts continue each other's per-sample spans)."""
-    from lotus.trace.parts import part_of
-
-    if n <= 1 or len(paths) <= 1:
-        return [list(paths)] if paths else []
-    last = {part_of(p)[0]: i for i, p in enumerate(paths)}
-    reach, ok = -1, []  # ok[i]: a cut before paths[i] splits no process
-    for i, p in enumerate(paths):
-        ok.append(i > reach)
-        reach = max(reach, last[part_of(p)[0]])
-    sizes = [_size(p) for p in paths]
-    target = sum(sizes) / n
-    out: list[list[Path]] = [[]]
-    done = 0
-    for i, p in enumerate(paths):
-        if out[-1] and ok[i] and len(out) < n and done >= target * len(out):
-            out.append([])
-        out[-1].append(p)
-        done += sizes[i]
-    return out
-
-
-def scan_task(args) -> ScanPart:
-    """A part, in a worker process: its per-batch columns in memory unless its files are large (they go back
-    pickled; mapping, allocating and dropping pages on disk costs more than it saves there)."""
-    from lotus.trace import spill
-
-    paths, ctx = args
-    if sum(_size(p) for p in paths) > IN_MEMORY_PART_BYTES:
-        return scan_files(paths, ctx)
-    with spill.in_memory():
-        return scan_files(paths, ctx)
-
-
 def scan_parts(paths: list[Path], ctx: ScanContext) -> Iterator[ScanPart]:
     """The parts of a scan of ``paths``, in file order (module doc)."""
     address = _setting("cluster")
     if address:
-        from lotus.trace.cluster import cluster_parts
+        from lotus.query.cluster import cluster_parts
 
         yield from cluster_parts(address, paths, ctx)
         return

@@ -158,7 +158,7 @@ def batches_from_joined(df, attrs, *, only_batches: bool = True, warn_clocks: bo
     """The batches DataFrame from the outer join of the per-event-kind parts on :data:`KEY` (KEY columns,
     then the columns of :data:`_PARTS`, :data:`_SUMS`, ``_collate_n``, ``_n_sample``/``_n_load`` of the
     kinds present, nullable Int64); ``attrs``: the events' attrs. Shared by :func:`batches_from_events`
-    and the scan engine's :class:`lotus.trace.batchtable.BatchTable` (whose rows are batches already:
+    and the scan engine's :class:`lotus.query.batchtable.BatchTable` (whose rows are batches already:
     ``only_batches=False``, its counts in ``attrs``; it warns of clocks that disagree itself:
     ``warn_clocks=False``)."""
     import pandas as pd
@@ -336,11 +336,9 @@ def outcome_summary(batches) -> dict:
         {"batches": rows, "ok": n, "failed": n, "failed_by_worker": {"r0/w1": n},
          "exhausted": n, "exhausted_by_worker": {...}, "dispatched_without_batch": n}
 
-    ``batches``: a DataFrame or a scanned run's :class:`~lotus.trace.batchtable.BatchTable`.
+    ``batches``: a DataFrame or a scanned run's :class:`~lotus.query.batchtable.BatchTable`.
     """
-    from lotus.trace.batchtable import BatchTable
-
-    if isinstance(batches, BatchTable):
+    if hasattr(type(batches), "outcome_summary"):  # a BatchTable: it counts its own
         return batches.outcome_summary()
     failed = batches[failed_mask(batches)]
     return outcomes_of(len(batches), failed["rank"].tolist(), failed["worker_id"].fillna(-1).astype("int64").tolist(),
@@ -359,14 +357,20 @@ def outcomes_of(n: int, ranks: list, workers: list, a: dict) -> dict:
             "dispatched_without_batch": int(a.get("dispatched_without_batch", 0))}
 
 
+def detail_counts_share(fetches) -> float:
+    """:func:`lotus.query.batches.detail_share` from counts (ok, ok and detail, detail) of fetches."""
+    ok, ok_flagged, flagged = (int(x) for x in fetches)
+    if not ok or not flagged:
+        return 1.0
+    return float(ok_flagged) / float(ok)
+
+
 def detail_share(events) -> float:
     """Pure function: the share of successful fetches of ``events`` that are detail batches (carry
     per-sample/per-op records). 1.0 for traces without the flag (earlier formats, original logs: every
     batch was recorded in full) and for traces without fetches."""
     counts = getattr(events.attrs.get("op_engine"), "fetch_counts", None)
     if counts is not None:  # a scanned run keeps no fetch rows: the scan counted their flags
-        from lotus.trace.batchtable import detail_counts_share
-
         return detail_counts_share(counts)
     name_cat = events["name"].array
     code = {str(c): i for i, c in enumerate(name_cat.categories)}.get("fetch")
