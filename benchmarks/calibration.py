@@ -53,7 +53,7 @@ JOBS = {
 
 
 def t975(dof: int) -> float:
-    from lotus.trace.steady import t975 as t
+    from lotus.analysis.steady import t975 as t
 
     return t(dof)
 

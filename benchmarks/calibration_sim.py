@@ -1,10 +1,10 @@
 """Calibration of the steady-rate interval on simulated DataLoader hand-offs of known structure (issue 24).
 
-Each shape is a stationary process simulated with :func:`lotus.model.sim.run_loader` (workers, in-order
+Each shape is a stationary process simulated with :func:`lotus.sim.run_loader` (workers, in-order
 delivery, prefetch) epoch after epoch: per-batch preparation and step times drawn at random (log-normal),
 an epoch restart gap between epochs (fresh workers or persistent ones), a window of fixed length in
 batches (a steps cap) or in seconds (a job timed by its own clock). For ``--runs`` independent runs of one
-shape, the estimator (:func:`lotus.trace.steady.steady_rate`, as every lotus command uses it) gives a rate
+shape, the estimator (:func:`lotus.analysis.steady.steady_rate`, as every lotus command uses it) gives a rate
 and an interval per run; scored as ``benchmarks/calibration.py`` scores real repeats:
 
 * coverage: share of runs whose interval holds the mean of the other runs' rates (target >= 90%);
@@ -70,7 +70,7 @@ def shapes() -> list[Shape]:
 
 def simulate(shape: Shape, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Hand-off times (ns) and epochs of one run of ``shape``."""
-    from lotus.model.sim import run_loader
+    from lotus.sim import run_loader
 
     t_all, ep_all = [], []
     t0, epoch, total = 0, 0, 0
@@ -111,7 +111,7 @@ def simulate(shape: Shape, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
 
 def score_shape(shape: Shape, runs: int, seed: int = 0) -> dict:
     """Coverage and width ratio of the estimator over ``runs`` simulated runs of ``shape``."""
-    from lotus.trace.steady import steady_rate, t975
+    from lotus.analysis.steady import steady_rate, t975
 
     rng = np.random.default_rng(seed)
     rates, cis = [], []

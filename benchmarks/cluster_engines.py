@@ -3,8 +3,8 @@
 For each engine: start a local cluster with the engine's own commands (a scheduler/head and ``--workers``
 worker processes of one thread each, on 127.0.0.1; both clusters up at once), time until it is ready, then
 scan RUN's files, the engines in turn, ``--repeat`` rounds (each a fresh process), in the same parts as
-lotus does (:func:`lotus.trace.parallel.plan`, :func:`lotus.trace.scanfiles.scan_files` on
-each, merged in file order by :func:`lotus.trace.scanmerge.merge_parts`), the local process pool alongside
+lotus does (:func:`lotus.query.parallel.plan`, :func:`lotus.query.scanfiles.scan_files` on
+each, merged in file order by :func:`lotus.query.scanmerge.merge_parts`), the local process pool alongside
 for reference; check the merged parts are the same (the batch table and op moments),
 and print the engines' import time and installed size. Ray runs under ``--ray-python`` (an interpreter
 that has ray; lotus comes from this checkout's src)::
@@ -33,12 +33,12 @@ if engine == "dask":
 elif engine == "ray":
     import ray
 import_s = time.perf_counter() - t
-from lotus.trace import parallel
+from lotus.query import parallel
 from lotus.trace.discover import find_run
 from lotus.trace.events import clock_offsets, loader_offsets
-from lotus.trace.scanfiles import ScanContext
-from lotus.trace.scanmerge import merge_parts
-from lotus.trace.batchparts import SUMMARY_COLUMNS
+from lotus.query.scanfiles import ScanContext
+from lotus.query.scanmerge import merge_parts
+from lotus.query.batchparts import SUMMARY_COLUMNS
 paths = find_run(run).native
 ctx = ScanContext(run, clock_offsets(paths), loader_offsets(paths), True, frozenset(SUMMARY_COLUMNS), True, False)
 if engine == "ray":

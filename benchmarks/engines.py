@@ -2,7 +2,7 @@
 lotus trace (count, sum, min, max, mean, std, p25/median/p75/p90/p99 of every op's duration, plus the
 batch-level rows the batch table needs) computed by
 
-* ``numpy-scan``: lotus's engine (:mod:`lotus.trace.scan`): chunks of the native files, no conversion;
+* ``numpy-scan``: lotus's engine (:mod:`lotus.query.scan`): chunks of the native files, no conversion;
 * ``duckdb-parquet``: DuckDB (embedded) over a Parquet copy of the run (zstd), converted once
   (conversion timed separately), exact ``quantile_cont`` and ``approx_quantile``;
 
@@ -24,7 +24,7 @@ CONVERT = r"""
 import sys, numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from lotus.trace.discover import find_run
 from lotus.trace.events import clock_offsets, loader_offsets
-from lotus.trace.scan import _chunks
+from lotus.trace.chunks import record_chunks
 from lotus.trace.events import _Acc
 run = find_run(sys.argv[1]); acc = _Acc(); paths = run.native
 off, lo = clock_offsets(paths), loader_offsets(paths)
@@ -33,7 +33,7 @@ schema = pa.schema([("code", pa.int32()), ("start_ns", pa.int64()), ("dur_ns", p
                     ("batch_id", pa.int64()), ("sample", pa.int64()), ("arg", pa.int64())])
 w = pq.ParquetWriter(sys.argv[2], schema, compression="zstd")
 for p in paths:
-    for arr, code, fs in _chunks(p, off, lo.get(p, 0), acc.code):
+    for arr, code, fs in record_chunks(p, off, lo.get(p, 0), acc.code):
         n = len(arr)
         w.write_table(pa.table({"code": code, "start_ns": arr["start_ns"] + fs.shift, "dur_ns": arr["dur_ns"],
             "rank": np.full(n, fs.consts["rank"], np.int32), "worker_id": np.full(n, fs.consts["worker_id"], np.int32),
@@ -45,7 +45,7 @@ w.close()
 NUMPY = r"""
 import sys
 from lotus.trace.discover import find_run
-from lotus.trace.scan import scan_run
+from lotus.query.scan import scan_run
 ev = scan_run(find_run(sys.argv[1]))
 t = ev.attrs["op_engine"].op_table()
 print(len(ev), len(t))

@@ -224,7 +224,7 @@ def measure(ds, batch_size: int, pairs: int, warmup: int, trace_dir: Path, detai
 
 
 def _detail_share(trace_dir: Path) -> float:
-    from lotus.trace import load_batches
+    from lotus.query import load_batches
 
     b = load_batches(trace_dir)
     return float(b["detail"].mean()) if len(b) else float("nan")
@@ -239,7 +239,8 @@ def accuracy(tmp: Path, images: int, batch_size: int) -> dict:
 
     from lotus.analysis.stats import config_stats
     from lotus.dataloader import DataLoader
-    from lotus.trace import load_batches, load_events
+    from lotus.query import load_batches
+    from lotus.trace import load_events
 
     ds = _jpeg_dataset(tmp / "data-acc", images)
     for _ in torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=0):

@@ -71,7 +71,7 @@ def write_csv(path: Path, apps, policy: str, pool: list[int], seconds: float, cu
 
 def window_rates(trace_dirs: dict[str, str], warmup_s: float) -> dict:
     """samples/s of every app while all of them ran (after ``warmup_s`` of the latest start)."""
-    from lotus.trace.batches import consumed_only, load_batches
+    from lotus.query.batches import consumed_only, load_batches
 
     frames = {}
     for name, d in trace_dirs.items():

@@ -10,9 +10,9 @@ import pytest
 
 from lotus.analysis import write_chrome_trace
 from lotus.analysis.chrome import TID_MAIN
+from lotus.query.batches import batches_from_events
 from lotus.trace import load_events
 from lotus.trace import schema as S
-from lotus.trace.batches import batches_from_events
 
 
 def _load(path):

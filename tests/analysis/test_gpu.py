@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from lotus.analysis.gpu import KinetoGPU, gpu_batches, gpu_report, idle_within, kineto_gpu_busy, merge_intervals
 from lotus.cli import cli
-from lotus.trace import batches_from_events, load_events
+from lotus.query import batches_from_events
+from lotus.trace import load_events
 from lotus.trace import schema as S
 from lotus.trace.writer import TraceWriter
 

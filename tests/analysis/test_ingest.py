@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from lotus.trace import load_batches, load_events
+from lotus.query import load_batches
+from lotus.trace import load_events
 from lotus.trace.synthetic import simulate, spec_for_events, write_native, write_original
 from tests.analysis.conftest import SMALL
 

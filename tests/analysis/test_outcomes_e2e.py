@@ -10,7 +10,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from lotus.analysis import config_stats, verdict, wait_stats
 from lotus.analysis.runs import load_config
 from lotus.dataloader import DataLoader
-from lotus.trace import fetch_outcomes
+from lotus.query import fetch_outcomes
 
 
 class Sharded(IterableDataset):

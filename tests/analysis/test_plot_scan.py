@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from lotus.analysis import plotdata
 from lotus.analysis.runs import load_configs
 from lotus.cli import cli
-from lotus.trace import events, scan
+from lotus.trace import chunks, events
 from lotus.trace.events import load_events
 from lotus.trace.synthetic import PipelineSpec, write_native
 from tests.trace.outcome_run import write_outcome_run
@@ -56,7 +56,7 @@ def _same_frames(data_dir, monkeypatch, max_per_op=5, chunk=7, derived=False):
     want = _frames(mem, max_per_op)
     monkeypatch.setenv("LOTUS_ENGINE", "scan")
     with monkeypatch.context() as m:
-        m.setattr(scan, "CHUNK_RECORDS", chunk)  # ops of one batch split over chunks
+        m.setattr(chunks, "CHUNK_RECORDS", chunk)  # ops of one batch split over chunks
         got_configs = load_configs(data_dir, engine="auto")
         assert all("op_engine" in c.events.attrs for c in got_configs)
         got = _frames(got_configs, max_per_op)

@@ -1,5 +1,5 @@
 """Issue 25: ``lotus report`` and ``lotus plot`` read a scanned run's files once. What the trends and the
-figures read of the op records is kept during the scan (:mod:`lotus.trace.opreduce`): the outputs are the
+figures read of the op records is kept during the scan (:mod:`lotus.query.opreduce`): the outputs are the
 bytes the extra passes gave, and every file is opened once (counted)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from lotus.analysis.report import write_report
 from lotus.analysis.runs import load_configs
 from lotus.analysis.trends import trends
 from lotus.cli import cli
-from lotus.trace import parts, scan
+from lotus.trace import chunks, parts
 from lotus.trace.synthetic import PipelineSpec, write_native
 from tests.trace.outcome_run import write_outcome_run
 
@@ -35,14 +35,14 @@ def opened(monkeypatch):
         yield from orig(path, offset, chunk)
 
     monkeypatch.setattr(parts, "iter_records", counting)
-    monkeypatch.setattr(scan, "iter_records", counting)
+    monkeypatch.setattr(chunks, "iter_records", counting)
     return counts
 
 
 def _configs(data_dir, monkeypatch, op_reduce, chunk=7):
     monkeypatch.setenv("LOTUS_ENGINE", "scan")
     with monkeypatch.context() as m:
-        m.setattr(scan, "CHUNK_RECORDS", chunk)  # ops of one batch split over chunks
+        m.setattr(chunks, "CHUNK_RECORDS", chunk)  # ops of one batch split over chunks
         return load_configs(data_dir, engine="auto", op_reduce=op_reduce)
 
 
@@ -84,8 +84,8 @@ def test_report_same_bytes_several_configs_parallel(tmp_path, synth_native, stra
     spill.mkdir()
     monkeypatch.setenv("LOTUS_SPILL_DIR", str(spill))
     monkeypatch.setenv("LOTUS_JOBS", "2")
-    monkeypatch.setattr("lotus.trace.parallel.PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr("lotus.trace.parallel.PART_BYTES", 1 << 12)
+    monkeypatch.setattr("lotus.query.parallel.PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr("lotus.query.parallel.PART_BYTES", 1 << 12)
     _same_as_passes(tmp_path / "runs", tmp_path, monkeypatch, chunk=4099)
     import gc
 
@@ -115,7 +115,7 @@ def test_one_pass_over_the_files(command, tmp_path, synth_epochs, opened, monkey
 
 
 def test_full_spill_disk_is_one_line(tmp_path, synth_epochs, monkeypatch):
-    import lotus.trace.opreduce as opreduce
+    import lotus.query.opreduce as opreduce
 
     class Full:
         def __init__(self, fd, mode):

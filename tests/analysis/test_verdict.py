@@ -136,7 +136,8 @@ def test_in_process_loading_suggests_workers(tmp_path):
 
 def test_startup_dominated_run_is_fine_in_steady_state(tmp_path):
     """A short run whose only real wait is the first batch (workers starting): say so, do not ask for workers."""
-    from lotus.trace import batches_from_events, load_events
+    from lotus.query import batches_from_events
+    from lotus.trace import load_events
     from lotus.trace import schema as S
     from lotus.trace.writer import TraceWriter
 

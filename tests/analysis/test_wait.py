@@ -8,7 +8,7 @@ import pytest
 
 from lotus.analysis import hol_per_batch, wait_buckets, wait_stats, wait_table
 from lotus.analysis.runs import load_config
-from lotus.analysis.wait import _replay
+from lotus.analysis.waitcore import _replay
 
 MS = 1_000_000
 

@@ -28,12 +28,12 @@ def test_trends_golden_and_engines_agree(synth_epochs, monkeypatch):
 def test_engines_agree_exactly_with_failed_and_exhausted_fetches(tmp_path, monkeypatch):
     """Op totals per epoch and per bucket leave out the ops of failed and exhausted fetches on both
     engines (a scanned run reads its op records again for them)."""
-    from lotus.trace import scan
+    from lotus.trace import chunks
     from tests.trace.outcome_run import write_outcome_run
 
     r = write_outcome_run(tmp_path / "o")
     mem = _trends(r, "memory", monkeypatch, bucket_s=0.01)
-    monkeypatch.setattr(scan, "CHUNK_RECORDS", 7)
+    monkeypatch.setattr(chunks, "CHUNK_RECORDS", 7)
     assert _trends(r, "scan", monkeypatch, bucket_s=0.01) == mem
     assert any(b["slowest_op"] for b in mem["per_bucket"]) and any(e["slowest_op"] for e in mem["per_epoch"])
 

@@ -8,7 +8,8 @@ from torchvision import transforms as T
 
 from lotus.dataloader import DataLoader
 from lotus.dataloader import budget as B
-from lotus.trace import load_batches, load_events
+from lotus.query import load_batches
+from lotus.trace import load_events
 from lotus.trace import schema as S
 
 
@@ -150,7 +151,7 @@ def test_first_batches_of_every_epoch_are_in_detail():
 def test_analyses_estimate_per_op_figures_from_the_detail_batches(tmp_path):
     from lotus.analysis import op_stats, op_totals_s, verdict
     from lotus.analysis.diagnosis import slowest_ops
-    from lotus.trace import detail_share
+    from lotus.query import detail_share
 
     # two epochs: at least two detail batches (the first of each), whatever the machine's speed
     _, events, batches = _run(tmp_path / "budget", epochs=2, num_workers=0, trace_budget_pct=2)

@@ -14,7 +14,8 @@ import torch
 
 from lotus._warn import LotusTraceWarning, reset_for_tests
 from lotus.dataloader import DataLoader
-from lotus.trace import load_batches, load_events
+from lotus.query import load_batches
+from lotus.trace import load_events
 from tests.dataloader import datasets as D
 from tests.dataloader.test_differential import assert_same
 

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from lotus.dataloader import DataLoader
-from lotus.trace import load_batches, load_events
+from lotus.query import load_batches
+from lotus.trace import load_events
 from lotus.trace.writer import close_main_writers
 from tests.dataloader import datasets as D
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lotus.dataloader import DataLoader
-from lotus.trace import load_batches
+from lotus.query import load_batches
 from lotus.trace.writer import close_main_writers
 from tests.dataloader import datasets as D
 

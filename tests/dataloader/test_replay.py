@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lotus.dataloader import DataLoader
-from lotus.trace import load_batches, load_events
+from lotus.query import load_batches
+from lotus.trace import load_events
 from lotus.trace.writer import close_main_writers
 from tests.dataloader import datasets as D
 

@@ -11,7 +11,8 @@ import torch
 from torch.utils.data import SequentialSampler
 
 from lotus.dataloader import DataLoader
-from lotus.trace import batches_from_events, load_events
+from lotus.query import batches_from_events
+from lotus.trace import load_events
 from tests.dataloader import datasets as D
 
 OPS = {"RandomHorizontalFlip", "AddNoise", "Normalize", "double"}

@@ -16,7 +16,7 @@ failing test names each broken figure at once. The rules (docs/analysis.md, "Inv
   ``predicted_*`` or in a dict with ``measured`` false, are predictions, not measurements);
 * **rates from the trace** are never above what its batches could deliver and a windowed rate (the
   report's trends) comes from a window holding enough hand-offs (:mod:`tests.invariants.trace_rules`, the
-  rule of :mod:`lotus.trace.windowrate`);
+  rule of :mod:`lotus.analysis.windowrate`);
 * **the same figure across formats**: every number a command prints as text (or its HTML page shows) is
   one of its JSON's figures as lotus formats numbers, or appears in one of its JSON's strings
   (:func:`check_backed`).

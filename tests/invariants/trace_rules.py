@@ -12,7 +12,7 @@ from tests.invariants.rules import Violation, _is_num
 
 def handoffs(batches):
     """{(rank, loader): (sorted hand-off ns, samples)} of the successful, consumed batches."""
-    from lotus.trace.batches import ok_batches
+    from lotus.query.batches import ok_batches
 
     b = ok_batches(batches)
     b = b[b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]
@@ -50,9 +50,9 @@ def check_rate(rate, ceiling: float, where: str, path: str) -> list[Violation]:
 
 def check_trends(t: dict, batches, where: str) -> list[Violation]:
     """Trends of one run: every rate under the ceiling; a bucket's rate only from a bucket holding at least
-    :data:`lotus.trace.windowrate.MIN_HANDOFFS` hand-offs of each rank that handed any out in it and covered by
-    the run for at least :data:`~lotus.trace.windowrate.MIN_COVER` of its width; batch counts as recounted."""
-    from lotus.trace.windowrate import MIN_COVER, MIN_HANDOFFS
+    :data:`lotus.analysis.windowrate.MIN_HANDOFFS` hand-offs of each rank that handed any out in it and covered by
+    the run for at least :data:`~lotus.analysis.windowrate.MIN_COVER` of its width; batch counts as recounted."""
+    from lotus.analysis.windowrate import MIN_COVER, MIN_HANDOFFS
 
     out = []
     cap = rate_ceiling(batches)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lotus.trace import load_batches
+from lotus.query import load_batches
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "frameworks"
 

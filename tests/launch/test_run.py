@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from lotus.launch import LaunchOptions, launch
-from lotus.trace import load_batches, load_events
+from lotus.query import load_batches
+from lotus.trace import load_events
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 TRAIN = str(JOBS / "train.py")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lotus.analysis.steady import steady_rate
 from lotus.live import Tailer, snapshot
 from lotus.live.sinks.values import run_values, scalars
 from lotus.trace import schema as S
-from lotus.trace.steady import steady_rate
 from lotus.trace.writer import TraceWriter
 from tests.live.conftest import SEC, rec, write_known_run
 

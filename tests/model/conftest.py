@@ -1,4 +1,4 @@
-"""Synthetic runs of known truth for the model tests (the simulator of lotus.model.sim writes them).
+"""Synthetic runs of known truth for the model tests (the simulator of lotus.sim writes them).
 
 The truth: per sample load 4 ms and three transform ops of 1 ms in all, batch 16, collation 0.1 ms per
 sample, a 30 ms step; 2 workers on 4 CPUs (the main process takes one): input-bound at ~390 samples/s.

@@ -16,7 +16,8 @@ from lotus.model import fit, load_run, observe
 from lotus.model import scandetail as sd
 from lotus.model.params import Dist
 from lotus.model.streams import Pooled, dist_of
-from lotus.trace import batchtable, events, scan, spill, tablebuild
+from lotus.query import batchtable, spill, tablebuild
+from lotus.trace import chunks, events
 from lotus.trace.events import load_events
 from lotus.trace.synthetic import PipelineSpec, write_native
 from tests.trace.outcome_run import write_outcome_run
@@ -30,7 +31,7 @@ def _small(m) -> None:
     m.setattr(exactstats, "CHUNK", 5)
     m.setattr(tablebuild, "BLOCK", 16)
     m.setattr(spill, "MIN_BYTES", 0)
-    m.setattr(scan, "CHUNK_RECORDS", 97)  # chunk boundaries inside batches (the memory path reads alike)
+    m.setattr(chunks, "CHUNK_RECORDS", 97)  # chunk boundaries inside batches (the memory path reads alike)
     m.setattr(events, "_CHUNK_RECORDS", 97)
     m.setattr(sd, "SLICE_ROWS", 13)
 

@@ -7,14 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lotus.trace import (
-    batches_from_events,
-    fetch_outcomes,
-    load_batches,
-    load_events,
-    ok_batches,
-    outcome_summary,
-)
+from lotus.query import batches_from_events, fetch_outcomes, load_batches, ok_batches, outcome_summary
+from lotus.trace import load_events
 from lotus.trace import schema as S
 from lotus.trace.writer import TraceWriter
 from tests.trace.outcome_run import EXHAUSTED, FAILED, OK_FETCH_MS, write_outcome_run
@@ -130,7 +124,7 @@ def test_loaders_of_independent_processes_are_told_apart(tmp_path):
             "list(DataLoader(MapDS(n=16), batch_size=4, num_workers=1, trace_dir=sys.argv[1]))\n")
     for _ in range(2):
         subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=100)
-    from lotus.trace import load_batches
+    from lotus.query import load_batches
 
     b = load_batches(tmp_path)
     assert sorted(b["loader"].unique()) == [0, 1000]

@@ -1,4 +1,4 @@
-"""The scan engine folds batch-level events into per-batch columns (lotus.trace.batchparts): the same
+"""The scan engine folds batch-level events into per-batch columns (lotus.query.batchparts): the same
 batches, waits and verdicts as the in-memory path; sparse or huge batch ids fall back to keeping the
 events as rows; duplicates warn as before; the run's time span is unchanged."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from lotus.analysis.runs import load_config
 from lotus.analysis.window import parse_window, run_span
-from lotus.trace.batches import BATCH_COLUMNS
-from lotus.trace.batchparts import BatchParts, SparseBatchIds
+from lotus.query.batches import BATCH_COLUMNS
+from lotus.query.batchparts import BatchParts, SparseBatchIds
 from lotus.trace.events import load_events
 from lotus.trace.synthetic import PipelineSpec, write_native
 from tests.analysis.test_gpu import write_gpu_run

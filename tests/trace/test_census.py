@@ -1,4 +1,4 @@
-"""``lotus info`` on a scanned run (:mod:`lotus.trace.census`): every record counted while scanning, the
+"""``lotus info`` on a scanned run (:mod:`lotus.query.census`): every record counted while scanning, the
 same counts, span, ranks and epochs as the in-memory events DataFrame."""
 
 from __future__ import annotations

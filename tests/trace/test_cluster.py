@@ -166,6 +166,6 @@ def test_unreachable_address_is_one_line_exit_2(job):
 
 
 def test_no_dask_import_without_a_cluster():
-    code = "import sys\nfrom lotus.cli import main\nimport lotus.trace.parallel\nprint('distributed' in sys.modules)"
+    code = "import sys\nfrom lotus.cli import main\nimport lotus.query.parallel\nprint('distributed' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -13,7 +13,8 @@ from torchvision import transforms as T
 from lotus.analysis.diagnosis import verdict
 from lotus.analysis.stats import config_stats
 from lotus.dataloader import DataLoader
-from lotus.trace import load_batches, load_events
+from lotus.query import load_batches
+from lotus.trace import load_events
 from lotus.trace import schema as S
 from lotus.trace.native import RECORD_DTYPE, derive_sample_spans, read_header
 

@@ -7,7 +7,8 @@ import shutil
 import pytest
 
 from lotus.errors import InputError, NoTraceError
-from lotus.trace import find_runs, load_batches, load_events
+from lotus.query import load_batches
+from lotus.trace import find_runs, load_events
 
 
 @pytest.mark.parametrize("config,batch,workers,batches", [

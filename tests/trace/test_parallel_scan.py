@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lotus.trace import parallel
-from lotus.trace import scan as scan_module
+from lotus.query import parallel, scanplan
+from lotus.trace import chunks
 from lotus.trace.events import load_events
 from lotus.trace.parts import part_of
 from lotus.trace.synthetic import PipelineSpec, write_native
@@ -37,7 +37,7 @@ def outputs(path, monkeypatch, jobs: int) -> dict:
 
 
 def same_everywhere(path, monkeypatch, chunk: int = 997) -> None:
-    monkeypatch.setattr(scan_module, "CHUNK_RECORDS", chunk)  # forked processes see it too
+    monkeypatch.setattr(chunks, "CHUNK_RECORDS", chunk)  # forked processes see it too
     serial = outputs(path, monkeypatch, 1)
     for jobs in (2, 3):
         got = outputs(path, monkeypatch, jobs)
@@ -142,14 +142,14 @@ def test_a_part_failing_in_a_worker_process_is_one_error(synth_epochs, monkeypat
     path: the run skipped with one line naming the file, then (no other run) one error line, exit 1."""
     from lotus.errors import InputError
 
-    real = parallel.scan_files
+    real = scanplan.scan_files
 
     def flaky(paths, ctx):
         if any("-w1-" in p.name for p in paths):
             raise InputError("cannot read this part", paths[0])
         return real(paths, ctx)
 
-    monkeypatch.setattr(parallel, "scan_files", flaky)  # the forked processes inherit it
+    monkeypatch.setattr(scanplan, "scan_files", flaky)  # the forked processes inherit it
     monkeypatch.setenv("LOTUS_ENGINE", "scan")
     r = run("analyze", "stats", "-d", synth_epochs, "--jobs", "2", ok=False)
     assert r.exit_code == 1

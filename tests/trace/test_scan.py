@@ -1,4 +1,4 @@
-"""The out-of-core engine (lotus.trace.scan) gives the in-memory path's results: on the study's real
+"""The out-of-core engine (lotus.query.scan) gives the in-memory path's results: on the study's real
 traces (rewritten as lotus files), synthetic runs and the outcome run (failed and exhausted fetches)."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from lotus.analysis.runs import load_config
 from lotus.analysis.stats import config_stats, preprocessing_stats
 from lotus.analysis.throughput import throughput
 from lotus.analysis.wait import wait_stats, wait_table
+from lotus.query.batches import outcome_summary
+from lotus.query.moments import BINS_PER_OCTAVE, hist_quantiles
 from lotus.trace import schema as S
-from lotus.trace.batches import outcome_summary
 from lotus.trace.events import load_events
-from lotus.trace.moments import BINS_PER_OCTAVE, hist_quantiles
 from lotus.trace.synthetic import PipelineSpec, write_native
 
 REAL = Path(__file__).parents[1] / "data" / "lotus-2023" / "traces"
@@ -189,7 +189,7 @@ def test_auto_picks_by_size(tmp_path, monkeypatch):
 def test_hist_quantiles_match_numpy():
     rng = np.random.default_rng(0)
     vals = np.concatenate([rng.lognormal(13, 1, 5000).astype(np.int64), [0, 0, 7]])
-    from lotus.trace.moments import _Moments
+    from lotus.query.moments import _Moments
 
     m = _Moments()
     m.add(np.zeros(len(vals), np.int64), vals, 1)

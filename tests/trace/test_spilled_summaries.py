@@ -1,4 +1,4 @@
-"""Issue 17, flat memory: the per-batch columns on disk (:mod:`lotus.trace.spill`), the summaries read a
+"""Issue 17, flat memory: the per-batch columns on disk (:mod:`lotus.query.spill`), the summaries read a
 view of rows at a time and whole-run statistics from streams (:mod:`lotus.analysis.exactstats`). With
 every size forced small, so that the chunked, spilled code runs on small runs, the results are those
 of the in-memory table and of the DataFrame path, byte for byte; a full disk is one line."""
@@ -20,8 +20,8 @@ from lotus.analysis.jsonutil import dumps
 from lotus.analysis.runs import load_config
 from lotus.analysis.stats import config_stats, describe_clean, preprocessing_stats
 from lotus.analysis.wait import wait_stats
-from lotus.trace import batchtable, spill, tablebuild
-from lotus.trace.batchtable import BatchTable
+from lotus.query import batchtable, spill, tablebuild
+from lotus.query.batchtable import BatchTable
 from tests.trace.test_summary_columns import _run
 
 

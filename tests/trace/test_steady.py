@@ -1,11 +1,11 @@
-"""The one steady-state rate estimator (lotus.trace.steady): window, start-up, interval coverage."""
+"""The one steady-state rate estimator (lotus.analysis.steady): window, start-up, interval coverage."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lotus.trace.steady import MIN_BLOCKS, combine, steady_rate, t975
+from lotus.analysis.steady import MIN_BLOCKS, combine, steady_rate, t975
 
 MS = 1_000_000
 
@@ -104,7 +104,7 @@ def test_short_epochs_make_whole_epoch_blocks():
 
 
 def test_an_interval_wider_than_the_target_is_never_silent():
-    from lotus.trace.steady import ended_by, interval_note
+    from lotus.analysis.steady import ended_by, interval_note
 
     rng = np.random.default_rng(3)
     wide = steady_rate(_handoffs(rng.lognormal(2.3, 1.0, 40), ramp=4), ramp=4, workers=2)

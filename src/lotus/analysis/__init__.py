@@ -2,7 +2,8 @@
 
 Everything is imported lazily (pandas, numpy and matplotlib on first use); torch never::
 
-    from lotus.trace import load_events, batches_from_events
+    from lotus.trace import load_events
+    from lotus.query import batches_from_events
     from lotus.analysis import preprocessing_stats, op_stats, wait_stats, verdict
     events = load_events("runs/b256_w4")
     batches = batches_from_events(events)
@@ -10,6 +11,11 @@ Everything is imported lazily (pandas, numpy and matplotlib on first use); torch
     op_stats(events)                      # {op: {...}} per call, in ms
     wait_stats(batches)                   # wait buckets, delay, head-of-line blocking
     verdict(events, batches)              # class, wait share, slowest op, workers, suggestions
+
+Layer 3 (measures, above the engine): pure functions over the engine's tables; the steady-state
+rate (:mod:`.steady`) and the window rule (:mod:`.windowrate`) are here, with the throughput analysis.
+May import :mod:`lotus.query` (its ``__init__`` only), :mod:`lotus.trace` and the leaves (:mod:`lotus.errors`,
+:mod:`lotus._names`...); never the model, the features or the commands (``tests/test_layers.py``).
 """
 
 from __future__ import annotations

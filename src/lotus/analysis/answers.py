@@ -8,7 +8,7 @@ import base64
 import html
 
 from lotus.analysis.htmlfmt import failed_probes, figure_png, fmt, interval, pct, table
-from lotus.trace.steady import ended_by
+from lotus.analysis.steady import ended_by
 
 
 def _rate(v, ci) -> str:

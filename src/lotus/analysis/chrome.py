@@ -319,7 +319,7 @@ def _write_flows(f, events, batches, procs: _Processes, base: int) -> int:
     import pyarrow.compute as pc
 
     if batches is None:
-        from lotus.trace.batches import batches_from_events
+        from lotus.query import batches_from_events
 
         batches = batches_from_events(events)
     need = ["prep_start_ns", "prep_dur_ns", "consumed_ns", "worker_pid"]

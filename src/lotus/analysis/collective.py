@@ -51,7 +51,7 @@ def step_table(batches, loaders: dict[int, int]):
     (epoch, batch id), and whether the ranks ran in lockstep (module doc)."""
     import pandas as pd
 
-    from lotus.trace.batches import ok_batches
+    from lotus.query import ok_batches
 
     empty = pd.DataFrame(columns=STEP_COLUMNS), False
     if len(loaders) < 2:

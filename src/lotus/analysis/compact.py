@@ -1,5 +1,5 @@
 """The batch summaries of ``lotus analyze stats|wait|verdict`` from a scanned run's compact per-batch
-columns (:class:`lotus.trace.batchtable.BatchTable`), without building its batches DataFrame.
+columns (:class:`lotus.query.batchtable.BatchTable`), without building its batches DataFrame.
 
 Each function here is the twin of one in :mod:`lotus.analysis.stats`, :mod:`~lotus.analysis.wait` or
 :mod:`~lotus.analysis.diagnosis` (which call it when given a table): the same rows, in the same order,
@@ -9,7 +9,7 @@ sorts are reproduced: ``sort_values`` of one column is numpy's quicksort with mi
 several columns a stable lexsort).
 
 Memory flat in the number of batches (issue 17): the table is read a view of
-:data:`lotus.trace.batchtable.ROWS` rows at a time (its columns are on disk, :mod:`lotus.trace.spill`);
+:data:`lotus.query.batchtable.ROWS` rows at a time (its columns are on disk, :mod:`lotus.query.spill`);
 whole-run statistics are computed from streams of values (:mod:`lotus.analysis.exactstats`: numpy's
 pairwise sums and exact percentiles, bit for bit); the wait summary replays one (rank, loader, epoch)
 at a time, so what it holds grows with the largest epoch of one loader, not with the run. The verdict's
@@ -18,16 +18,21 @@ functions are in :mod:`lotus.analysis.compactverdict`.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
+from lotus.analysis.describe import outlier_floor_ns
 from lotus.analysis.exactstats import Floats, describe, pairwise_sum, percentiles
-from lotus.analysis.stats import outlier_floor_ns
+from lotus.analysis.waitcore import MS, hol_arrays, sorted_table, summary_dict
+
+_log = logging.getLogger("lotus.analysis")
 
 GROUP = ["rank", "loader", "epoch"]
 
 
 def is_table(batches) -> bool:
-    from lotus.trace.batchtable import BatchTable
+    from lotus.query import BatchTable
 
     return isinstance(batches, BatchTable)
 
@@ -86,8 +91,6 @@ def prepared_streams(t, remove_outliers: bool = False, by: str | None = None):
     """({key: stream of prep times in ms}, dropped outlier rows): :func:`lotus.analysis.stats.prepared`
     and :func:`~lotus.analysis.stats.split_outliers` on a table; key None without ``by``, else the
     values of column ``by``."""
-    from lotus.analysis.stats import _log
-
     floor = _outlier_floor(t) if remove_outliers else None
     streams: dict = {} if by is not None else {None: Floats()}
     dropped = []
@@ -115,18 +118,6 @@ def _described(fl: Floats) -> dict:
         return describe(fl)
     finally:
         fl.close()
-
-
-def config_stats(events, t, *, remove_outliers: bool = False) -> dict:
-    from lotus.analysis.stats import op_stats
-
-    streams, dropped = prepared_streams(t, remove_outliers)
-    return {
-        "batch_preprocessing_ms": _described(streams[None]),
-        "ops_ms": op_stats(events, exclude=t.key_frame(dropped) if len(dropped) else None),
-        "outliers_removed": len(dropped),
-        "outcomes": t.outcome_summary(),
-    }
 
 
 def preprocessing_stats(t, *, remove_outliers: bool = False, by: str | None = None) -> dict:
@@ -162,8 +153,6 @@ def _wait_base(t) -> int:
 
 
 def _hol(t, rows, starts, base: int | None = None):
-    from lotus.analysis.wait import hol_arrays
-
     if base is None:
         ws_v, ws_ok = t.values("wait_start_ns", rows)
         base = int(ws_v[ws_ok].min())
@@ -193,8 +182,6 @@ def _sum(fl: Floats) -> np.float64:
 
 
 def wait_stats(t) -> dict:
-    from lotus.analysis.wait import MS, summary_dict
-
     delay = _delay(t)  # first: its temporaries are gone before the head-of-line arrays are made
     n = sum(len(_loop_rows(v)) for v in t.views())
     if n == 0:
@@ -237,8 +224,6 @@ def consumed_count(t) -> int:
 
 def wait_table(t, *, sort: str = "batch_id"):
     import pandas as pd
-
-    from lotus.analysis.wait import MS, sorted_table
 
     rows, starts = waited_rows(t)
     wd, blocked, _ = _hol(t, rows, starts) if len(rows) else (np.zeros(0), np.zeros(0), None)

@@ -8,14 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from lotus.analysis.compact import GROUP, _f64, _first_per_group, _loop_rows, _starts
+from lotus.analysis.shares import LOOP_SPAN_COLUMNS, UTILISATION_COLUMNS, utilisation_of, with_span_shares
 
 _I64_MAX = np.iinfo(np.int64).max
 
 
 def loop_spans(t):
     import pandas as pd
-
-    from lotus.analysis.diagnosis import LOOP_SPAN_COLUMNS, with_span_shares
 
     acc: dict[int, list[int]] = {}  # group -> [batches, first wait start, last consumption, wait]
     for v in t.views():
@@ -133,8 +132,6 @@ def _epoch_spans(t) -> dict[tuple[int, int, int], float]:
 
 def worker_utilisation(t):
     import pandas as pd
-
-    from lotus.analysis.diagnosis import UTILISATION_COLUMNS, utilisation_of
 
     acc: dict[tuple[int, int, int], list[int]] = {}  # (rank, worker_id, group) -> [batches, busy ns]
     for v in t.views():

@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from lotus.analysis import compact, compactverdict
+from lotus.analysis.shares import GROUP, LOOP_SPAN_COLUMNS, UTILISATION_COLUMNS, utilisation_of, with_span_shares
 from lotus.analysis.stats import (
     PER_BATCH_OPS,
     _excluded_keys,
@@ -35,9 +36,8 @@ from lotus.analysis.stats import (
     prepared,
 )
 from lotus.analysis.wait import wait_stats
-from lotus.trace.batches import detail_share, ok_batches, outcome_summary, worker_label
+from lotus.query import detail_share, ok_batches, outcome_summary, worker_label
 
-GROUP = ["rank", "loader", "epoch"]
 FINE, INPUT_BOUND, SEVERE, UNKNOWN = "fine", "input-bound", "severely input-bound", "unknown"
 # parts of preprocessing a "slowest op" can be (totals like transform/sample overlap the others)
 _NOT_OPS = {"transform", "sample"}
@@ -59,10 +59,6 @@ def classify(wait_share: float | None) -> str:
     return INPUT_BOUND if wait_share <= 0.20 else SEVERE
 
 
-LOOP_SPAN_COLUMNS = [*GROUP, "batches", "start_ns", "end_ns", "span_ns", "wait_ns", "wait_share"]
-UTILISATION_COLUMNS = ["rank", "worker_id", "batches", "busy_ns", "span_ns", "busy_share"]
-
-
 def loop_spans(batches):
     """Per (rank, loader, epoch): training-loop span, total wait and wait share (ns)."""
     import pandas as pd
@@ -82,13 +78,6 @@ def loop_spans(batches):
         "wait_ns": g["wait_dur_ns"].sum().astype("int64"),
     }).reset_index()
     return with_span_shares(out)
-
-
-def with_span_shares(out):
-    """``span_ns`` and ``wait_share`` added to per-group ``start_ns``, ``end_ns`` and ``wait_ns``."""
-    out["span_ns"] = out["end_ns"] - out["start_ns"]
-    out["wait_share"] = out["wait_ns"] / out["span_ns"].where(out["span_ns"] > 0)
-    return out
 
 
 def epoch_spans(batches):
@@ -124,18 +113,6 @@ def worker_utilisation(batches):
     per_epoch = b.groupby(["rank", "worker_id", *GROUP[1:]], sort=True).agg(
         batches=("batch_id", "size"), busy_ns=("prep_dur_ns", "sum")).reset_index()
     return utilisation_of(per_epoch, spans)
-
-
-def utilisation_of(per_epoch, spans):
-    """:func:`worker_utilisation` from per (rank, worker_id, loader, epoch) ``batches`` and ``busy_ns``,
-    and the epochs' spans (``spans.get((rank, loader, epoch), nan)``)."""
-    per_epoch["span_ns"] = [spans.get((r, lo, e), np.nan) for r, lo, e in
-                            zip(per_epoch["rank"], per_epoch["loader"], per_epoch["epoch"], strict=True)]
-    out = per_epoch.groupby(["rank", "worker_id"], sort=True).agg(
-        batches=("batches", "sum"), busy_ns=("busy_ns", "sum"), span_ns=("span_ns", "sum")).reset_index()
-    out["busy_ns"] = out["busy_ns"].astype("float64")
-    out["busy_share"] = out["busy_ns"] / out["span_ns"].where(out["span_ns"] > 0)
-    return out
 
 
 def _prep_total(batches, *, detail_only: bool = False) -> float:

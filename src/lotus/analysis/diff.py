@@ -12,7 +12,7 @@ import numpy as np
 
 from lotus.analysis.diagnosis import loop_spans
 from lotus.analysis.stats import KEY, describe_ms, op_stats, prepared
-from lotus.trace.batches import outcome_summary
+from lotus.query import outcome_summary
 
 _COMPARED = ("mean", "median", "p90", "sum")
 

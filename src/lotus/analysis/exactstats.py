@@ -1,8 +1,8 @@
 """numpy's statistics of a long stream of float64 values, exactly, in memory that does not grow with it.
 
 :class:`Floats` collects values in order: in memory up to ``limit`` values, then in a temporary file
-(:func:`lotus.trace.spill.spill_dir`, unlinked: nothing stays behind). :func:`describe` gives what
-:func:`lotus.analysis.stats.describe_ms` gives for the whole array, bit for bit:
+(:func:`lotus.query.spill.spill_dir`, unlinked: nothing stays behind). :func:`describe` gives what
+:func:`lotus.analysis.describe.describe_ms` gives for the whole array, bit for bit:
 
 * sums (``sum``, ``mean``, ``std``): ``np.add.reduce`` of a contiguous float64 array is a pairwise sum
   (``pairwise_sum`` of numpy's loops: halves rounded down to a multiple of 8, numpy's own unrolled loop
@@ -26,7 +26,8 @@ import tempfile
 
 import numpy as np
 
-from lotus.trace.spill import SpillError, spill_dir
+from lotus.analysis.describe import describe_clean, stat_dict
+from lotus.query import SpillError, spill_dir
 
 CHUNK = 1 << 19  # values read at once, and values held in memory before a stream spills
 _BINS = 1 << 16
@@ -193,9 +194,7 @@ def moments(fl: Floats) -> tuple[np.float64, np.float64, np.float64]:
 
 
 def describe(fl: Floats) -> dict:
-    """:func:`lotus.analysis.stats.describe_ms` of the values of ``fl`` (already without NaN and in ms)."""
-    from lotus.analysis.stats import describe_clean, stat_dict
-
+    """:func:`lotus.analysis.describe.describe_ms` of the values of ``fl`` (already without NaN and in ms)."""
     if not fl.spilled:
         return describe_clean(fl.array())
     if not fl.n:

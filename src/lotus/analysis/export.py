@@ -22,7 +22,7 @@ def export_parquet(events, batches, out_dir: str | os.PathLike) -> list[Path]:
     paths = []
     engine = events.attrs.get("op_engine")
     if engine is not None:  # a scanned run: every event streamed from the files, chunk by chunk
-        from lotus.trace.rescan import export_events
+        from lotus.query import export_events
 
         attrs = {k: v for k, v in events.attrs.items() if k != "op_engine"}
         paths.append(export_events(engine, out / "events.parquet", json.dumps(attrs, default=str).encode()))

@@ -8,7 +8,7 @@ import numpy as np
 def run_info(events, batches=None) -> dict:
     """Summary of one run's events DataFrame (``events.attrs["files"]`` lists the files read). A scanned
     run's events hold no per-sample detail: its counts, span, ranks and epochs come from the scan's
-    census of every record (:class:`lotus.trace.census.Census`), the same figures."""
+    census of every record (:class:`lotus.query.census.Census`), the same figures."""
     files = []
     for f in events.attrs.get("files", []):
         files.append({k: f.get(k) for k in ("path", "format", "role", "pid", "rank", "worker_id", "events",
@@ -44,7 +44,7 @@ def run_info(events, batches=None) -> dict:
     }
     if batches is not None:
         from lotus.analysis.stats import prepared
-        from lotus.trace.batches import outcome_summary
+        from lotus.query import outcome_summary
 
         o = outcome_summary(batches)
         out["batches"] = {"prepared": len(prepared(batches)),
@@ -60,7 +60,7 @@ def _n(count: int, one: str, many: str) -> str:
 
 def outcome_note(outcomes: dict, *, dispatched: bool = False) -> str | None:
     """One line on the fetches that are not (timed) batches, from
-    :func:`lotus.trace.batches.outcome_summary` (or ``run_info(...)["batches"]``); None when all were.
+    :func:`lotus.query.batches.outcome_summary` (or ``run_info(...)["batches"]``); None when all were.
     ``dispatched``: also count the indices dispatched without a batch (torch's prefetch past the end)."""
     parts = []
     if outcomes.get("failed"):

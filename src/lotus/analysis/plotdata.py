@@ -1,6 +1,6 @@
 """The long-form DataFrames the figures draw (pure functions of events/batches; no matplotlib here).
 
-A scanned run (:mod:`lotus.trace.scan`, no per-op events in memory) gives the same frames: its op
+A scanned run (:mod:`lotus.query.scan`, no per-op events in memory) gives the same frames: its op
 durations are read again from its files (:mod:`lotus.analysis.scanops`); the batch frames read its
 batches DataFrame (made from the scan's compact table: O(batches)).
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from lotus.analysis.stats import op_durations, op_engine, prepared, split_outliers
 from lotus.analysis.wait import waited
-from lotus.trace.batches import failed_mask
+from lotus.query import failed_mask
 
 TIMELINE_MAX_BATCHES = 400
 
@@ -56,7 +56,7 @@ def op_seconds_frame(configs):
     import pandas as pd
 
     from lotus.analysis.stats import PER_BATCH_OPS
-    from lotus.trace.batches import detail_share
+    from lotus.query import detail_share
 
     rows = []
     for name, events in configs:

@@ -4,7 +4,7 @@ Per rank and per node (a node is the host name the rank's files were written on)
 loader (the one that handed out the most of its batches; ties: the lowest id):
 
 * ``samples_per_s`` with its 95% interval: the one throughput measure (:func:`lotus.analysis.throughput.
-  loader_rates`); a node's rates add up (intervals in quadrature, :func:`lotus.trace.steady.combine`);
+  loader_rates`); a node's rates add up (intervals in quadrature, :func:`lotus.analysis.steady.combine`);
 * ``wait_share``: the loop's wait over its time, as the verdict's (:func:`lotus.analysis.diagnosis.loop_spans`);
 * ``slowest_op`` and its share of the rank's batch preprocessing time: the rank's op totals without the ops
   of failed and exhausted fetches (as the verdict's), per-sample ops scaled by the trace's detail share;
@@ -54,7 +54,7 @@ def rank_op_totals(events) -> tuple[dict[int, dict[str, float]], float]:
     engines; a scanned run sums them per rank while scanning, or in one more pass when some fetches failed
     or found no batch."""
     from lotus.analysis.stats import _excluded_keys, _rows_of_batches
-    from lotus.trace.batches import detail_share
+    from lotus.query import detail_share
 
     engine = op_engine(events)
     drop = _excluded_keys(events, None)
@@ -78,12 +78,12 @@ def rank_op_totals(events) -> tuple[dict[int, dict[str, float]], float]:
 
 
 def _rescanned_rank_totals(engine, drop) -> dict[int, dict[str, float]]:
-    """:meth:`lotus.trace.opengine.OpEngine.rank_totals` without the ops of the batch keys ``drop`` (a pass)."""
-    from lotus.trace.rescan import _op_chunks
+    """:meth:`lotus.query.opengine.OpEngine.rank_totals` without the ops of the batch keys ``drop`` (a pass)."""
+    from lotus.query import op_chunks
 
     slots = len(engine.slot_codes)
     by_rank: dict[int, np.ndarray] = {}
-    for arr, slot, keep, fs in _op_chunks(engine, drop):
+    for arr, slot, keep, fs in op_chunks(engine, drop):
         k = np.flatnonzero(keep)
         if len(k):
             row = by_rank.setdefault(int(fs.consts["rank"]), np.zeros(slots))
@@ -162,8 +162,8 @@ def rank_report(events, batches, loaders: dict, files: list[dict]) -> dict:
     """``{"loader", "world_size", "missing_ranks", "ranks": [row...], "nodes": [row...], "collective":
     {...}, "straggler": {...} | None}`` (rows: :data:`RANK_COLUMNS` and ``loader``; ``loader``: the ranks'
     main loader, or None where they differ; see the module doc)."""
+    from lotus.analysis.steady import combine
     from lotus.analysis.throughput import loader_rates
-    from lotus.trace.steady import combine
 
     rates = loader_rates(batches, loaders)
     main = main_loaders(rates)

@@ -21,7 +21,7 @@ from lotus.analysis.jsonutil import dumps
 from lotus.analysis.stats import config_stats
 from lotus.analysis.trends import trends
 from lotus.analysis.wait import wait_stats
-from lotus.trace.batches import outcome_summary
+from lotus.query import outcome_summary
 
 _CLASS_COLOR = {"fine": "#2e7d32", "input-bound": "#ef6c00", "severely input-bound": "#c62828", "unknown": "#616161"}
 _CSS = """

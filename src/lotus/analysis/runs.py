@@ -7,7 +7,7 @@ Unreadable runs are skipped with a one-line warning; the rest is analysed.
 Engines (``engine=``): ``"memory"`` reads every event into one DataFrame (:func:`lotus.trace.load_events`);
 ``"scan"`` reads the files in chunks, folds the batch-level events into compact per-batch columns and
 keeps the few other events that are not per-sample detail, with per-op aggregates beside them
-(:mod:`lotus.trace.scan`: memory bounded by the batches, quantiles of ops approximate within 0.04%);
+(:mod:`lotus.query.scan`: memory bounded by the batches, quantiles of ops approximate within 0.04%);
 ``"auto"`` (what stats, verdict, wait and throughput use) scans runs whose
 lotus trace files hold more than :data:`SCAN_THRESHOLD_BYTES` (``$LOTUS_SCAN_BYTES``; compressed files
 count 5 times their size) and reads smaller
@@ -56,9 +56,7 @@ def _config_of(run, engine: str, summary_only: bool = False, op_stats: bool = Tr
     from lotus.trace.events import events_of_run
 
     if _engine_for(run, engine) == "scan":
-        from lotus.trace.batchparts import SUMMARY_COLUMNS
-        from lotus.trace.rescan import batches_of_scan
-        from lotus.trace.scan import scan_run
+        from lotus.query import SUMMARY_COLUMNS, batches_of_scan, scan_run
 
         events = scan_run(run, columns=SUMMARY_COLUMNS if summary_only else None, op_stats=op_stats, census=census,
                           op_reduce=op_reduce)
@@ -93,17 +91,17 @@ class _Batches:
 class Config:
     """One run: its name, directory, events and batches (DataFrames), and torch.profiler traces.
 
-    A scanned run (:mod:`lotus.trace.scan`) also has ``table``, its batches as compact columns
-    (:class:`lotus.trace.batchtable.BatchTable`): ``batches`` is made from it on first use, and the
+    A scanned run (:mod:`lotus.query.scan`) also has ``table``, its batches as compact columns
+    (:class:`lotus.query.batchtable.BatchTable`): ``batches`` is made from it on first use, and the
     summaries of ``lotus analyze stats|wait|verdict`` read :attr:`summary_batches` (the table when
     there is one), which needs no DataFrame."""
 
     name: str
     path: Path
     events: object  # pandas.DataFrame (lotus.trace.load_events)
-    batches: object = _Batches()  # pandas.DataFrame (lotus.trace.batches_from_events)
+    batches: object = _Batches()  # pandas.DataFrame (lotus.query.batches_from_events)
     kineto: list[Path] = field(default_factory=list)
-    table: object = None  # lotus.trace.batchtable.BatchTable of a scanned run, or None
+    table: object = None  # lotus.query.batchtable.BatchTable of a scanned run, or None
     rescan: object = None  # where ``table`` is partial: () -> the batches DataFrame (another scan)
 
     @property
@@ -132,7 +130,7 @@ class Config:
 
 def config_from_events(events, name: str | None = None, path: str | os.PathLike | None = None) -> Config:
     """A :class:`Config` from an events DataFrame (batches derived from it)."""
-    from lotus.trace.batches import batches_from_events
+    from lotus.query import batches_from_events
 
     name = name or events.attrs.get("run", "run")
     return Config(name=name, path=Path(path or events.attrs.get("path", ".")), events=events,
@@ -146,7 +144,7 @@ def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary
     ``summary_only``: a scanned run's table keeps only what ``lotus analyze stats|wait|verdict``
     read (``cfg.batches`` then costs another scan). ``census``: a scanned run also counts every record
     (``events.attrs["op_engine"].census``, for ``lotus info``). ``op_reduce``: what a scanned run also keeps
-    of its op records for ``lotus report`` and ``lotus plot`` (:func:`lotus.trace.scan.scan_run`).
+    of its op records for ``lotus report`` and ``lotus plot`` (:func:`lotus.query.scan.scan_run`).
 
     Raises :class:`InputError` for a missing directory or one without any trace file; a run that
     cannot be read is skipped with a warning.
@@ -177,7 +175,7 @@ def load_configs(data_dir: str | os.PathLike, *, engine: str = "memory", op_redu
 def load_config(path: str | os.PathLike, *, engine: str = "memory", summary_only: bool = False,
                 op_stats: bool = True, census: bool = False) -> Config:
     """Exactly one run (``path`` itself, or the only run below it); ``summary_only``: see :func:`iter_configs`;
-    ``op_stats=False``: a scanned run keeps no per-op statistics (:func:`lotus.trace.scan.scan_run`);
+    ``op_stats=False``: a scanned run keeps no per-op statistics (:func:`lotus.query.scan.scan_run`);
     ``census``: see :func:`iter_configs`."""
     from lotus.trace.discover import find_run
     from lotus.trace.native import header_cache

@@ -1,4 +1,4 @@
-"""Per-op durations of a scanned run (:mod:`lotus.trace.scan`) for ``lotus plot``, read again from its
+"""Per-op durations of a scanned run (:mod:`lotus.query.scan`) for ``lotus plot``, read again from its
 files in chunks: the figure data of :func:`lotus.analysis.plotdata.op_frame` and
 :func:`~lotus.analysis.plotdata.op_seconds_frame`, equal to the in-memory path's.
 
@@ -7,12 +7,12 @@ of failed and exhausted fetches left out) and the figure draws ``rng.choice(d, k
 when there are more than ``k``. numpy's ``Generator.choice`` draws its indices from ``len(d)`` and the
 generator's state alone, then returns ``d.take(idx)``: ``rng.choice(len(d), k, replace=False)`` gives
 the same indices and leaves the generator in the same state. So, knowing each op's count, the indices
-are drawn first and the values picked during one pass over the files (:func:`_op_chunks`: the
+are drawn first and the values picked during one pass over the files (:func:`op_chunks`: the
 chunks in file order, the DataFrame's, with the excluded batches' ops marked). Counts and integer sums
 per op come from that pass; the counts before it are the scan's own (its moments) when there is
 nothing to exclude, else one more counting pass. Memory: at most ``k`` values per op, plus a chunk.
 
-A scan that kept its op records (:mod:`lotus.trace.opreduce`, ``lotus report`` and ``lotus plot``) needs
+A scan that kept its op records (:mod:`lotus.query.opreduce`, ``lotus report`` and ``lotus plot``) needs
 no pass at all: the counts are its moments' where the excluded batches hold no op record (its per-batch
 counts say so), and the values are picked from the op durations it wrote to temporary files, in the same
 file order.
@@ -44,14 +44,14 @@ def _cache(engine) -> dict:
 def _pass(engine, keys, picks: dict[int, np.ndarray] | None = None):
     """One pass over the files: per op slot, the count and integer sum of the ops kept (outside ``keys``)
     and, for the slots of ``picks`` ({slot: indices into that op's kept durations}), the values there."""
-    from lotus.trace.rescan import _op_chunks
+    from lotus.query import op_chunks
 
     slots = len(engine.slot_codes)
     seen = np.zeros(slots, np.int64)
     sums = [0] * slots
     plan = {k: (np.argsort(i, kind="stable"), np.sort(i)) for k, i in (picks or {}).items()}
     out = {k: np.empty(len(i), np.int64) for k, i in (picks or {}).items()}
-    for arr, slot, keep, _fs in _op_chunks(engine, keys):
+    for arr, slot, keep, _fs in op_chunks(engine, keys):
         ki = np.flatnonzero(keep)
         if not ki.size:
             continue
@@ -71,7 +71,7 @@ def _pass(engine, keys, picks: dict[int, np.ndarray] | None = None):
 
 
 def _no_ops_in(engine, keys) -> bool:
-    """Whether the scan's per-batch op counts (:mod:`lotus.trace.opreduce`) show no op record in ``keys``."""
+    """Whether the scan's per-batch op counts (:mod:`lotus.query.opreduce`) show no op record in ``keys``."""
     reduce = getattr(engine, "op_reduce", None)
     return reduce is not None and reduce.ops_of(keys) == 0
 

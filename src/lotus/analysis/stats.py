@@ -11,7 +11,7 @@ pandas compute them).
 
 Only batches count: a failed batch (its fetch raised) is left out of every statistic, and so are the
 op events of failed and exhausted fetches (an exhausted fetch is no batch at all; see
-:mod:`lotus.trace.batches`). :func:`config_stats` reports how many there were.
+:mod:`lotus.query.batches`). :func:`config_stats` reports how many there were.
 
 Outliers (``remove_outliers=True``) follow the original Lotus rule: batches whose preprocessing time
 is below ``q1 - 2 * IQR`` are dropped (meant for the last, partial batch of an epoch); their ops go
@@ -24,52 +24,16 @@ import logging
 
 import numpy as np
 
-from lotus.trace.batches import failed_mask
+from lotus.analysis.describe import STAT_KEYS, describe_clean, describe_ms, outlier_floor_ns, stat_dict  # noqa: F401
+from lotus.query import failed_mask
 
 _log = logging.getLogger("lotus.analysis")
 
-STAT_KEYS = ("count", "sum", "mean", "std", "std_pct", "min", "max", "median", "p25", "p75", "iqr", "p90", "p99")
 KEY = ["rank", "loader", "epoch", "batch_id"]
 # built-in per-sample / per-batch parts of preprocessing, in pipeline order around the ops
 LEAD_OPS = ("load",)
 TAIL_OPS = ("transform", "sample", "collate")
 PER_BATCH_OPS = ("collate",)  # recorded for every batch, whatever the detail budget: never scaled
-
-
-def describe_ms(values_ns) -> dict[str, float | int | None]:
-    """Statistics (ms) of durations in ns; NaN/NA values are ignored. Empty input: count 0, rest None."""
-    arr = np.asarray(values_ns, dtype=np.float64)
-    return describe_clean(arr[~np.isnan(arr)] / 1e6)
-
-
-def describe_clean(arr: np.ndarray) -> dict[str, float | int | None]:
-    """:func:`describe_ms` of values already in ms, without NaN."""
-    if arr.size == 0:
-        return {k: (0 if k == "count" else None) for k in STAT_KEYS}
-    return stat_dict(arr.size, arr.sum(), arr.mean(), arr.std(), arr.min(), arr.max(),
-                     np.percentile(arr, [25, 50, 75, 90, 99]))
-
-
-def stat_dict(count: int, total, mean, std, lo, hi, pcts) -> dict[str, float | int | None]:
-    """The statistics' dict from numpy's results (``pcts``: the 25th, 50th, 75th, 90th, 99th percentiles)."""
-    p25, median, p75, p90, p99 = pcts
-    mean, std = float(mean), float(std)
-    return {
-        "count": int(count), "sum": float(total), "mean": mean, "std": std,
-        "std_pct": float(std / mean * 100) if mean else None,
-        "min": float(lo), "max": float(hi), "median": float(median),
-        "p25": float(p25), "p75": float(p75), "iqr": float(p75 - p25), "p90": float(p90), "p99": float(p99),
-    }
-
-
-def outlier_floor_ns(values_ns) -> float | None:
-    """The original rule's lower fence: ``q1 - 2 * IQR`` (None for fewer than 4 values)."""
-    arr = np.asarray(values_ns, dtype=np.float64)
-    arr = arr[~np.isnan(arr)]
-    if arr.size < 4:
-        return None
-    q1, q3 = np.percentile(arr, [25, 75])
-    return float(q1 - 2 * (q3 - q1))
 
 
 def prepared(batches):
@@ -105,14 +69,14 @@ def preprocessing_stats(batches, *, remove_outliers: bool = False, by: str | Non
 
 
 def op_engine(events):
-    """The out-of-core engine of a scanned run (:mod:`lotus.trace.scan`), or None for full events."""
+    """The out-of-core engine of a scanned run (:mod:`lotus.query.scan`), or None for full events."""
     return getattr(events, "attrs", {}).get("op_engine")
 
 
 def _excluded_keys(events, exclude):
     import pandas as pd
 
-    from lotus.trace.batches import fetch_outcomes
+    from lotus.query import fetch_outcomes
 
     drop = [d[KEY] for d in (fetch_outcomes(events), exclude) if d is not None and len(d)]
     return pd.concat(drop, ignore_index=True) if drop else None
@@ -141,7 +105,7 @@ def op_durations(events, *, exclude=None) -> dict[str, np.ndarray]:
     ``exclude``: more batches (rows with the batch key) to leave out."""
     import pandas as pd
 
-    from lotus.trace.batches import fetch_outcomes
+    from lotus.query import fetch_outcomes
 
     names = op_names(events)
     if not names:
@@ -178,7 +142,7 @@ def _rows_of_batches(events, batches) -> np.ndarray:
 
 def op_table(events, *, exclude=None) -> dict[str, dict]:
     """Per op (pipeline order): count, sum_ns, mean_ns... from the engine of a scanned run (quantiles
-    approximate: see :mod:`lotus.trace.scan`)."""
+    approximate: see :mod:`lotus.query.scan`)."""
     return op_engine(events).op_table(_excluded_keys(events, exclude))
 
 
@@ -201,7 +165,7 @@ def op_stats(events, *, exclude=None) -> dict[str, dict]:
     whole run's; ``count`` and ``sum`` are scaled to all batches (``count_sampled`` is what was recorded)
     and ``sampled_share`` and ``mean_ci95`` (ms, the mean's 95% interval over the sampled batches) are
     added. A trace in full detail gets neither key."""
-    from lotus.trace.batches import detail_share
+    from lotus.query import detail_share
 
     scanned = op_engine(events) is not None
     if scanned:
@@ -231,7 +195,7 @@ def op_mean_ci95_ms(events, names: list[str], *, exclude=None) -> dict[str, list
     seen in fewer than two batches."""
     import pandas as pd
 
-    from lotus.trace.batches import fetch_outcomes
+    from lotus.query import fetch_outcomes
 
     cat = events["name"].array
     codes = np.asarray(cat.codes)
@@ -258,7 +222,7 @@ def op_mean_ci95_ms(events, names: list[str], *, exclude=None) -> dict[str, list
 def op_totals_s(events) -> dict[str, float]:
     """CPU seconds spent in each op (sum of durations), pipeline order; a trace with per-op detail for a
     share of its batches is scaled to all of them."""
-    from lotus.trace.batches import detail_share
+    from lotus.query import detail_share
 
     if op_engine(events) is not None:
         sums = {n: t.get("sum_ns", 0.0) for n, t in op_table(events).items()}
@@ -270,13 +234,13 @@ def op_totals_s(events) -> dict[str, float]:
 
 def config_stats(events, batches, *, remove_outliers: bool = False) -> dict:
     """``{"batch_preprocessing_ms": {...}, "ops_ms": {op: {...}}, "outliers_removed": n, "outcomes": {...}}``
-    of one run (``outcomes``: :func:`lotus.trace.batches.outcome_summary`, failed and exhausted fetches);
+    of one run (``outcomes``: :func:`lotus.query.batches.outcome_summary`, failed and exhausted fetches);
     ``batches``: a DataFrame or a scanned run's compact table (:mod:`lotus.analysis.compact`)."""
     from lotus.analysis import compact
-    from lotus.trace.batches import outcome_summary
+    from lotus.query import outcome_summary
 
     if compact.is_table(batches):
-        return compact.config_stats(events, batches, remove_outliers=remove_outliers)
+        return _table_config_stats(events, batches, remove_outliers=remove_outliers)
 
     if remove_outliers:
         kept, dropped = split_outliers(batches)
@@ -287,6 +251,18 @@ def config_stats(events, batches, *, remove_outliers: bool = False) -> dict:
         "ops_ms": op_stats(events, exclude=dropped if len(dropped) else None),
         "outliers_removed": len(dropped),
         "outcomes": outcome_summary(batches),
+    }
+
+
+def _table_config_stats(events, t, *, remove_outliers: bool = False) -> dict:
+    from lotus.analysis.compact import _described, prepared_streams
+
+    streams, dropped = prepared_streams(t, remove_outliers)
+    return {
+        "batch_preprocessing_ms": _described(streams[None]),
+        "ops_ms": op_stats(events, exclude=t.key_frame(dropped) if len(dropped) else None),
+        "outliers_removed": len(dropped),
+        "outcomes": t.outcome_summary(),
     }
 
 

@@ -1,13 +1,13 @@
 """Throughput of the training loop from a trace: samples/s handed to the loop, per loader and in all.
 
-One measure (:func:`lotus.trace.steady.steady_rate`), per (rank, loader); ranks run side by side, so
+One measure (:func:`lotus.analysis.steady.steady_rate`), per (rank, loader); ranks run side by side, so
 their rates add up (their intervals in quadrature): from the hand-off of the *ramp*'s last batch to the
 last hand-off of the run, epoch starts inside counted (a long run pays them). The ramp is the
 ``num_workers x prefetch_factor`` batches (1 without workers) that can all be ready before the loop's
 first request: they go at the step's pace, so counting them favours many workers on short probes. A few
 leading start-up batches after it (a first CUDA step) are left out too. Every rate comes with its 95%
-interval (``ci95``: this run's hand-offs, see :mod:`lotus.trace.steady`, plus the run-to-run spread that
-separate runs of a job show, :func:`lotus.trace.steady.default_run_spread`; ``within_ci95`` without it).
+interval (``ci95``: this run's hand-offs, see :mod:`lotus.analysis.steady`, plus the run-to-run spread that
+separate runs of a job show, :func:`lotus.analysis.steady.default_run_spread`; ``within_ci95`` without it).
 
 Failed batches and exhausted fetches are not batches (``ok_batches``). The headline is the loader that
 handed out the most batches (the training loader when a script also validates).
@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from lotus.trace.steady import RUN_SPREAD_DOF, SteadyRate, combine, default_run_spread, steady_rate, with_run_spread
+from lotus.analysis.steady import RUN_SPREAD_DOF, SteadyRate, combine, default_run_spread, steady_rate, with_run_spread
 
 _log = logging.getLogger("lotus.analysis")
 
@@ -64,7 +64,7 @@ _RATE_COLUMNS = ("rank", "loader", "epoch", "consumed_ns", "n_samples", "prep_du
 
 def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
     """{(rank, loader): (SteadyRate, batches, samples)} of every loader that handed out a batch."""
-    from lotus.trace.batches import ok_batches
+    from lotus.query import ok_batches
 
     b = ok_batches(batches[[c for c in _RATE_COLUMNS if c in batches.columns]])  # a group's columns: cheap slices
     b = b[b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]

@@ -11,14 +11,14 @@ main loader (the one that handed out the most batches):
   it the run covers), the wait share (the loop's waits inside the bucket / that part, per rank, averaged)
   and the slowest op.
 
-Rates follow :mod:`lotus.trace.windowrate`: a window with fewer than ``MIN_HANDOFFS`` hand-offs of a rank,
+Rates follow :mod:`lotus.analysis.windowrate`: a window with fewer than ``MIN_HANDOFFS`` hand-offs of a rank,
 or a bucket the run covers less than ``MIN_COVER`` of, has no rate (``samples_per_s`` None, ``note`` says
 why; the wait share of such a bucket is None too); a row's ``ci95`` is None, the trends' ``rate_note``
 says why. The slowest op of an epoch or bucket is over the main loader's successful detail batches of it
 (a bucket: those that *started* in it), its share of their preprocessing time: an op of a batch is part
 of that batch's preprocessing, so a share is never above 1, with per-op detail for a share of the batches
-too. A scanned run (:mod:`lotus.trace.scan`) reads its op records again in chunks (integer sums: the same
-figures), unless its scan kept per-batch op sums (:mod:`lotus.trace.opreduce`, ``lotus report``): those
+too. A scanned run (:mod:`lotus.query.scan`) reads its op records again in chunks (integer sums: the same
+figures), unless its scan kept per-batch op sums (:mod:`lotus.query.opreduce`, ``lotus report``): those
 are then added up by bucket, with no pass over the files (the same integer sums). From the batches table
 and per-op totals only: bounded memory whatever the run's length.
 """
@@ -29,8 +29,8 @@ import numpy as np
 
 from lotus.analysis.diagnosis import _NOT_OPS, loop_spans
 from lotus.analysis.stats import op_engine, prepared
-from lotus.trace.batches import ok_batches
-from lotus.trace.windowrate import MIN_COVER, NO_INTERVAL, between_rate, count_rate
+from lotus.analysis.windowrate import MIN_COVER, NO_INTERVAL, between_rate, count_rate
+from lotus.query import ok_batches
 
 HOUR_S = 3600.0
 
@@ -103,11 +103,11 @@ def _op_totals(events, slots: _Slots, main: int, nb: int) -> tuple[dict, list]:
         acc = _reduced_totals(engine.op_reduce.batch_sums(), slots, main, nb, len(labels))
         order = np.argsort(engine.slot_codes, kind="stable").tolist()
     else:
-        from lotus.trace.rescan import _op_chunks
+        from lotus.query import op_chunks
 
         labels = [engine.names[c] for c in engine.slot_codes]
         acc = {"k": len(labels), "epoch": {}, "bucket": np.zeros(nb * len(labels))}
-        for arr, slot, keep, fs in _op_chunks(engine, None):
+        for arr, slot, keep, fs in op_chunks(engine, None):
             sel = keep & (arr["loader"].astype(np.int64) + fs.loader_offset == main)
             ki = np.flatnonzero(sel)
             if not ki.size:

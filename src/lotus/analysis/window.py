@@ -4,7 +4,7 @@
   empty) or ``eA:eB`` / ``eA`` (epochs A to B, both included) into wall-clock ns, given the run's
   batch-level events; a window outside the run raises :class:`WindowError`.
 * :func:`window_events` keeps the events that overlap the window, exactly (a slice that starts before
-  the window and ends inside it is kept whole). On a scanned run (:mod:`lotus.trace.scan`) the files
+  the window and ends inside it is kept whole). On a scanned run (:mod:`lotus.query.scan`) the files
   are read again in chunks and only those events are kept, so memory follows the window.
 * :func:`overview` aggregates a whole run per time bucket from its batches: each worker's busy share
   (preprocessing time inside the bucket / bucket length) and the loop's wait share; a few thousand
@@ -30,7 +30,7 @@ class WindowError(LotusError):
 
 def _folded_extent(events) -> dict[int, list[int]]:
     """``{epoch: [first start, last end]}`` of a scanned run's batch-level events that were folded into
-    its batches rather than kept as rows (:mod:`lotus.trace.batchparts`); empty otherwise."""
+    its batches rather than kept as rows (:mod:`lotus.query.batchparts`); empty otherwise."""
     return getattr(events.attrs.get("op_engine"), "folded_extent", None) or {}
 
 
@@ -88,8 +88,8 @@ def window_events(events, t0: int, t1: int):
     if engine is None:
         keep = _overlap(events["start_ns"].to_numpy(), events["dur_ns"].to_numpy(), t0, t1)
         return events[keep]
+    from lotus.query import window_scan
     from lotus.trace.discover import FileList
-    from lotus.trace.rescan import window_scan
 
     out = window_scan(engine, t0, t1, name=events.attrs.get("run"), path=events.attrs.get("path"))
     out.attrs["files"] = FileList(events.attrs.get("files", []))
@@ -111,7 +111,7 @@ def overview(batches, bucket_ns: int):
     import pandas as pd
 
     from lotus.analysis.stats import prepared
-    from lotus.trace.batches import worker_label
+    from lotus.query import worker_label
 
     parts = []
     cols = ["t_ns", "track", "share"]

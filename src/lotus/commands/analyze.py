@@ -31,13 +31,13 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 # -- shared helpers ----------------------------------------------------------------------------------
 def data_dir_option(f):
-    """``--data-dir``, plus ``--jobs`` and ``--cluster`` (where a large run is scanned: lotus.trace.parallel)."""
+    """``--data-dir``, plus ``--jobs`` and ``--cluster`` (where a large run is scanned: lotus.query.parallel)."""
 
     @functools.wraps(f)
     def command(*args, jobs=None, cluster=None, **kwargs):
         if jobs is None and cluster is None:
             return f(*args, **kwargs)
-        from lotus.trace.parallel import settings
+        from lotus.query import settings
 
         with settings(jobs=jobs, cluster=cluster):
             return f(*args, **kwargs)
@@ -201,7 +201,7 @@ def _print_stats(name: str, st: dict, per_rank: dict | None = None) -> None:
 def wait(data_dir: Path, sort: str, fig_dir: Path | None, top: int, as_json: bool) -> None:
     """Training-loop wait per batch, delay, and head-of-line blocking (in_order=False estimate)."""
     from lotus.analysis.wait import wait_stats, wait_table
-    from lotus.trace.batches import outcome_summary
+    from lotus.query import outcome_summary
 
     doc = {"configs": {}}
     for cfg in configs_of(data_dir, summary_only=fig_dir is None):

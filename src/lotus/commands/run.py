@@ -102,7 +102,7 @@ def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, 
 
 def _ended(stopped_by: str | None, steps, rel_halfwidth: float | None, precision: float | None) -> str:
     """'; ended: --steps, before the interval reached +-3% (it is +-7.9%)' and the like ('' when no probe)."""
-    from lotus.trace.steady import PRECISION
+    from lotus.analysis.steady import PRECISION
 
     if stopped_by == "precision":
         return "; ended: interval within --precision"

@@ -148,7 +148,7 @@ def _print(doc: dict, out: Path, fig_path: Path) -> None:
 
 def _probes(probes: list[dict], model_check: dict | None = None) -> None:
     """Every probe: CPUs, workers, page cache, samples/s with its interval, why it ended; failed ones' stderr."""
-    from lotus.trace.steady import ended_by
+    from lotus.analysis.steady import ended_by
 
     checks = {c["name"]: c for c in (model_check or {}).get("probes", [])}
     click.echo(f"  {'probe':<18} {'CPUs':>4} {'workers':>7} {'samples/s':>10} {'95% CI':>19} {'predicted':>10} "

@@ -100,7 +100,7 @@ def _print(d: dict) -> None:
 
 def _probes(probes: dict) -> None:
     """Every probe: samples/s with its interval, wall time and why it ended; failed ones' stderr tail."""
-    from lotus.trace.steady import ended_by
+    from lotus.analysis.steady import ended_by
 
     click.echo(f"  {'probe':<10} {'samples/s':>10} {'95% CI':>19} {'wall s':>7} ended by")
     for p in probes.values():

@@ -100,7 +100,7 @@ def _ci(ci) -> str:
 
 
 def _print(r) -> None:
-    from lotus.trace.steady import ended_by
+    from lotus.analysis.steady import ended_by
 
     failed = [p for p in r.probes if p.failed]
     click.echo(f"lotus tune: {len(r.probes)} probes in {r.seconds:.0f} s ({r.cpus} CPUs); traces in {r.out}")

@@ -6,6 +6,11 @@
 or leave the script unchanged apart from the import and run it with ``LOTUS_TRACE_DIR=traces/run1``.
 torch is imported when ``DataLoader`` is first used from here, so torch-free helpers of this package
 (``lotus.dataloader.overrides``, ``.config``) stay cheap to import.
+
+The tracing side (runs inside training jobs): writes through :mod:`lotus.trace.writer`; uses the
+layers above from a few entry points (the auto-tuner asks :mod:`lotus.model`, the probe
+:mod:`lotus.analysis.steady`, the live view :mod:`lotus.live`).
+Never the commands (see docs/architecture.md).
 """
 
 __all__ = ["DataLoader"]

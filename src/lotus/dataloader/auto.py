@@ -62,7 +62,8 @@ def decide(lt, current: int, cpus: int) -> tuple[int, str]:
     """Fit the model on this loader's trace so far and choose the next epoch's count."""
     from lotus.model import fit
     from lotus.model.observation import RunTrace
-    from lotus.trace import batches_from_events, load_events
+    from lotus.query import batches_from_events
+    from lotus.trace import load_events
 
     lt.flush()
     ev = load_events(lt.trace_dir)

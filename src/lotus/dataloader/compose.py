@@ -26,8 +26,8 @@ import sys
 import threading
 
 from lotus._names import dedupe
+from lotus.dataloader.opnames import op_name
 from lotus.dataloader.recorder import Recorder, mono
-from lotus.dataloader.transforms import op_name
 
 _log = logging.getLogger("lotus.dataloader")
 _get_ident = threading.get_ident

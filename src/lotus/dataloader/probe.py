@@ -9,7 +9,7 @@ file for the launcher (with why it stopped: ``steps``, ``precision`` or ``time``
 stops a job that does not exit within its grace period (a thread that never ends).
 
 :class:`StopRule` is the adaptive end: the hand-off times of the loader go through the one estimator
-(:func:`lotus.trace.steady.steady_rate`, the one :mod:`lotus.analysis.throughput` reports) every round
+(:func:`lotus.analysis.steady.steady_rate`, the one :mod:`lotus.analysis.throughput` reports) every round
 of the workers; the probe ends when the 95% interval's half-width is within ``precision`` of the rate
 (after at least :data:`MIN_BLOCKS_TO_STOP` blocks of whole rounds), or after ``max_s`` seconds of
 hand-offs past the minimum window.
@@ -38,7 +38,7 @@ class StopRule:
         self.t: list[int] = []
         self.epochs: list[int] = []
         self.seen = 0
-        self.last = None  # the last estimate (lotus.trace.steady.SteadyRate)
+        self.last = None  # the last estimate (lotus.analysis.steady.SteadyRate)
 
     def check(self, consumed: int, prev, workers: int, prefetch: int, epoch: int = 0) -> str | None:
         """``prev``: (batch, hand-off ns) of the batch the loop holds. Returns why to stop, or None."""
@@ -65,7 +65,7 @@ class StopRule:
     def _estimate(self, ramp: int, workers: int):
         import numpy as np
 
-        from lotus.trace.steady import steady_rate
+        from lotus.analysis.steady import steady_rate
 
         self.last = steady_rate(np.asarray(self.t, dtype=np.int64), ramp=ramp, workers=workers or 0,
                                 epochs=np.asarray(self.epochs))

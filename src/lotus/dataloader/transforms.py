@@ -12,23 +12,14 @@ main process (num_workers=0), swapped in only while a batch is fetched (:class:`
 from __future__ import annotations
 
 import copy
-import functools
 import sys
 import types
 
+from lotus.dataloader.opnames import op_name
 from lotus.dataloader.recorder import Recorder, mono
 
 TRANSFORM_ATTRS = ("transform", "target_transform", "transforms")
 _MAX_DEPTH = 4
-
-
-def op_name(fn) -> str:
-    """A readable op name: the class of a transform object, the name of a function."""
-    if isinstance(fn, functools.partial):
-        return op_name(fn.func)
-    if isinstance(fn, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
-        return fn.__name__
-    return type(fn).__name__
 
 
 def _delegate(self, name: str, target: str):

@@ -9,7 +9,8 @@ from lotus.demo.train import DemoResult
 
 def summarize(result: DemoResult) -> dict:
     """Headline numbers of a demo run (dict with a ``lines`` list for the terminal)."""
-    from lotus.trace import batches_from_events, load_events
+    from lotus.query import batches_from_events
+    from lotus.trace import load_events
 
     events = load_events(result.trace_dir)
     batches = batches_from_events(events)

@@ -10,6 +10,10 @@ forkserver) import a start-up hook (:mod:`lotus.launch.hook`, reached through a 
 overrides (``--workers``, ``--steps``, ``--cpus``...) travel in environment variables
 (:mod:`lotus.launch.options`). This is the one launcher of lotus: ``lotus run``, tuning, sensitivity
 profiling and the multi-app dispatcher all start processes through :func:`launch`.
+
+Feature layer (docs/architecture.md): may import :mod:`lotus.model`, :mod:`lotus.analysis`, the engine
+(:mod:`lotus.query` itself), the format, the tracing side and other feature packages (no cycle);
+never the commands.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@
 
 :class:`Tailer` keeps per-file offsets and a sliding window (:class:`LiveState`, the last 60 s);
 :func:`snapshot` is a pure function of that state; :func:`job_status` says whether the job still runs.
+
+Feature layer (docs/architecture.md): may import :mod:`lotus.model`, :mod:`lotus.analysis`, the engine
+(:mod:`lotus.query` itself), the format, the tracing side and other feature packages (no cycle);
+never the commands.
 """
 
 from __future__ import annotations

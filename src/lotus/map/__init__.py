@@ -6,6 +6,10 @@ Readers return pandas DataFrames; pandas and numpy are imported on first use::
     from lotus.map import import_mapping, load_mapping, map_run, attribute_hw
 
 See docs/lotusmap.md and docs/hw.md.
+
+Feature layer (docs/architecture.md): may import :mod:`lotus.model`, :mod:`lotus.analysis`, the engine
+(:mod:`lotus.query` itself), the format, the tracing side and other feature packages (no cycle);
+never the commands.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@
 Pure numpy/pandas, no torch; imports nothing heavy until used. Tuning, sensitivity profiling, dispatch
 and power planning ask this package for predictions instead of fitting curves of their own.
 See docs/model.md.
+
+Layer 4 (model, above :mod:`lotus.analysis`): may import the analysis, the engine (:mod:`lotus.query`
+itself), the format and :mod:`lotus.sim`; never the commands (see docs/architecture.md).
 """
 
 from __future__ import annotations

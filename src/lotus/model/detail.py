@@ -2,7 +2,7 @@
 
 :func:`detail_of_events` computes it from the events DataFrame (every event in memory: the path of runs
 below the scan threshold); :func:`lotus.model.scandetail.detail_of_scan` computes the same values from the
-trace files in chunks, for a run read by the out-of-core engine (:mod:`lotus.trace.scan`), whose events
+trace files in chunks, for a run read by the out-of-core engine (:mod:`lotus.query.scan`), whose events
 DataFrame holds no per-sample events.
 
 Events are matched to the batches on (rank, epoch, batch_id) packed as :func:`batch_keys` packs them,

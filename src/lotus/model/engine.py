@@ -1,6 +1,6 @@
 """``predict``: a fitted model + a configuration -> :class:`~lotus.model.params.Prediction`.
 
-The engine is the simulator of :mod:`lotus.model.sim` fed with resampled measurements, so that variance
+The engine is the simulator of :mod:`lotus.sim` fed with resampled measurements, so that variance
 and heavy tails (a slow batch holds up the ones behind it under in-order delivery) shape the answer,
 not only means:
 
@@ -14,7 +14,7 @@ not only means:
   and ``bytes_per_sample`` the misses also share the disk: ``rate <= io_bytes_per_s / ((1-h) * bytes)``.
 * the loop's step: the measured sequence from a random offset as well; hand-off, dispatch and pinning
   drawn at random from the measured ones.
-* CPUs: worker work stretched at the fixed point of :func:`lotus.model.sim.cpu_stretch`.
+* CPUs: worker work stretched at the fixed point of :func:`lotus.sim.cpu_stretch`.
 
 ``n_batches`` batches are simulated with a fixed seed (common random numbers across configurations);
 the first ``2 * in flight`` are the ramp and left out of the rate and wait share.
@@ -23,11 +23,15 @@ the first ``2 * in flight`` are the ramp and left out of the rate and wait share
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lotus.model.params import PipelineModel, Prediction
-from lotus.model.sim import Latencies, run_with_cpus
+from lotus.model.prediction import Prediction
+from lotus.sim import Latencies, run_with_cpus
+
+if TYPE_CHECKING:
+    from lotus.model.params import PipelineModel
 
 FINE_WAIT = 0.05  # a wait share below this is "the loop keeps the pace": the step is the bottleneck
 

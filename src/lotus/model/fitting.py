@@ -6,7 +6,7 @@ cache, e.g. :func:`lotus.launch.launch` probes: pass their ``trace_dir`` or the 
 What one run identifies, and what it cannot:
 
 * per-item, per-op, collation and per-batch worker costs, as *wall* times at the run's concurrency.
-  The fit turns them into uncontended costs with the CPU model of :func:`lotus.model.sim.cpu_stretch`:
+  The fit turns them into uncontended costs with the CPU model of :func:`lotus.sim.cpu_stretch`:
   the run's mean number of busy workers (fetch time / epoch span) and its CPUs give the processor-sharing
   stretch ``max(1, (busy + main_cpu_cores) / cpus)`` that is divided out. ``main_cpu_cores`` (CPU the
   main process uses; default 1) is an assumption: the trace has no CPU time.
@@ -33,8 +33,8 @@ import numpy as np
 from lotus.errors import InputError
 from lotus.model.observation import Observation, RunTrace, observe
 from lotus.model.params import Dist, Measured, PipelineModel
-from lotus.model.sim import CpuModel
 from lotus.model.streams import dist_of
+from lotus.sim import CpuModel
 
 _log = logging.getLogger("lotus.model")
 REREAD_RATIO = 1.25  # first reads this much slower than re-reads: the first reads were cold

@@ -2,7 +2,7 @@
 
 The model describes one DataLoader: the run's main loader (the one that handed out the most batches;
 a validation loader is left out). Failed batches and exhausted fetches are not batches
-(:func:`lotus.trace.batches.ok_batches`); their per-sample events are dropped with them.
+(:func:`lotus.query.batches.ok_batches`); their per-sample events are dropped with them.
 
 The per-sample and op events come from the events DataFrame (:func:`lotus.model.detail.detail_of_events`)
 or, for a run read by the out-of-core engine (its events carry an ``op_engine`` and no per-sample
@@ -80,7 +80,7 @@ def main_loader(batches) -> int:
 def observe(run: RunTrace) -> Observation:
     """Per-batch costs of the run's main loader (raw wall times, ns) and what it measured."""
     from lotus.analysis.stats import op_engine
-    from lotus.trace.batches import ok_batches
+    from lotus.query import ok_batches
 
     b = ok_batches(run.batches)
     b = b[b["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False) | b["consumed_ns"].notna().to_numpy(
@@ -120,7 +120,7 @@ def observe(run: RunTrace) -> Observation:
     keys = batch_keys(b["rank"], b["epoch"], b["batch_id"])
     if op_engine(ev) is None:
         d = detail_of_events(ev, keys)
-    else:  # a scanned run (lotus.trace.scan): its per-sample events are read from the files in chunks
+    else:  # a scanned run (lotus.query.scan): its per-sample events are read from the files in chunks
         from lotus.model.scandetail import detail_of_scan
 
         d = detail_of_scan(op_engine(ev), keys, loader)
@@ -153,8 +153,7 @@ def observe(run: RunTrace) -> Observation:
     pin = _f64(b["pin_dur_ns"])
     pin = pin[np.isfinite(pin)] if np.isfinite(pin).any() else None
     start_lat, free_gap = measures.worker_latencies(b, have)
-    queue = _f64(b["queue_ns"]) - np.nan_to_num(_f64(b["pin_dur_ns"]))
-    arrive_lat = float(np.nanmedian(queue)) if np.isfinite(queue).any() else None
+    arrive_lat = measures.arrive_latency(b)
     first_reads, reread = d.first_reads, d.reread
     epoch_batches, epoch_gaps, epoch_boots = measures.epoch_restarts(b)
 

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from lotus.model.prediction import BOTTLENECKS, Prediction
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -100,7 +102,7 @@ class PipelineModel:
     start_latency_ms: float  # index dispatched -> worker starts
     arrive_latency_ms: float  # worker put -> main process receives
     free_gap_ms: float  # a worker between two batches
-    contention: float  # slowdown per extra worker running at once (see lotus.model.sim.cpu_stretch)
+    contention: float  # slowdown per extra worker running at once (see lotus.sim.cpu_stretch)
     contention_identified: bool  # True when runs at different concurrency fixed it
     cpu_fraction: float  # share of worker time that needs a CPU (1: all of it, the assumption)
     cpu_fraction_identified: bool  # True when runs at different CPU shares fixed it
@@ -136,8 +138,8 @@ class PipelineModel:
 
     @property
     def cpu(self):
-        """The fitted :class:`lotus.model.sim.CpuModel`."""
-        from lotus.model.sim import CpuModel
+        """The fitted :class:`lotus.sim.CpuModel`."""
+        from lotus.sim import CpuModel
 
         return CpuModel(self.main_cpu_cores, self.contention, self.cpu_fraction)
 
@@ -154,31 +156,5 @@ class PipelineModel:
         out["cold_extra_ms"] = self.cold_extra_ms
         return out
 
-
-@dataclass
-class Prediction:
-    """What the model expects of one configuration. ``samples_per_s`` None: see ``reason``."""
-
-    num_workers: int
-    cpus: float | None
-    batch_size: int
-    prefetch_factor: int
-    cache_hit_rate: float | None
-    samples_per_s: float | None
-    wait_share: float | None
-    bottleneck: str | None  # "preprocessing: <op>", "step (GPU/model)", "I/O (cold reads)", "main process", "CPUs"
-    within_epoch_samples_per_s: float | None = None  # inside an epoch, restarts left out
-    input_samples_per_s: float | None = None  # the most the workers can deliver
-    step_samples_per_s: float | None = None  # the most the loop can consume
-    busy_workers: float | None = None
-    cpu_stretch: float | None = None
-    reason: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-BOTTLENECKS = ("preprocessing: <op>", "step (GPU/model)", "I/O (cold reads)", "main process", "CPUs")
 
 __all__ = ["BOTTLENECKS", "Dist", "Measured", "PipelineModel", "Prediction", "RunSummary"]

@@ -1,10 +1,10 @@
 """The model's :class:`~lotus.model.detail.Detail` of a scanned run, read from its trace files in chunks.
 
-A run read by the out-of-core engine (:mod:`lotus.trace.scan`) keeps no per-sample events. The model's
+A run read by the out-of-core engine (:mod:`lotus.query.scan`) keeps no per-sample events. The model's
 observation (:func:`lotus.model.observation.observe`) needs, of the main loader's events matched to its
 batches: per-batch sums and counts of ``sample``, ``load`` and ``transform`` durations, every op's
 durations, the dispatch durations and which loads were first reads of their sample. One more pass over
-the files (:func:`lotus.trace.scan._chunks`: the chunks, in the order, of :func:`lotus.trace.load_events`)
+the files (:func:`lotus.trace.chunks.record_chunks`: the chunks, in the order, of :func:`lotus.trace.load_events`)
 computes them with what :func:`lotus.model.detail.detail_of_events` gives on the whole DataFrame:
 
 * events are matched to batches exactly as there (the same packed keys; :class:`BatchRows`: a direct
@@ -253,16 +253,16 @@ class _Pass:
 
 def detail_of_scan(engine, keys: np.ndarray, loader: int) -> Detail:
     """:class:`Detail` of the events of loader ``loader`` of the scanned run of ``engine`` (an
-    :class:`lotus.trace.opengine.OpEngine`) for the batches of ``keys`` (:func:`batch_keys`)."""
+    :class:`lotus.query.opengine.OpEngine`) for the batches of ``keys`` (:func:`batch_keys`)."""
+    from lotus.trace.chunks import record_chunks
     from lotus.trace.events import _Acc
-    from lotus.trace.scan import _chunks
 
     acc = _Acc()
     p = _Pass(keys, loader)
     base = 0
     spans: dict = {}
     for path in engine.paths:
-        for arr, code, fs in _chunks(path, engine.offsets, engine.loader_offsets.get(path, 0), acc.code,
+        for arr, code, fs in record_chunks(path, engine.offsets, engine.loader_offsets.get(path, 0), acc.code,
                                      spans=spans):
             if len(p.want) != len(acc.names):
                 p.refresh(acc.cats)

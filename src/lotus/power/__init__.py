@@ -8,6 +8,10 @@ NVML bench tables (:mod:`lotus.power.bench`, tenants started through :mod:`lotus
 power/throughput predictor (:mod:`lotus.model.power`) -> a plan under a power cap
 (:mod:`lotus.power.plan`). lotus never changes clocks, power limits, compute mode or MPS: the plan lists
 the commands a privileged user would run. Nothing heavy is imported until used. See docs/power.md.
+
+Feature layer (docs/architecture.md): may import :mod:`lotus.model`, :mod:`lotus.analysis`, the engine
+(:mod:`lotus.query` itself), the format, the tracing side and other feature packages (no cycle);
+never the commands.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ CPU sets sized from :mod:`lotus.model` predictions (greedy by marginal throughpu
     allocate({"a": curve_a, "b": curve_b}, total_cpus=16)
 
 See docs/submit.md.
+
+Feature layer (docs/architecture.md): may import :mod:`lotus.model`, :mod:`lotus.analysis`, the engine
+(:mod:`lotus.query` itself), the format, the tracing side and other feature packages (no cycle);
+never the commands.
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def _columns(head: list[str], rows: list[list[str]], right: set[int]) -> list[st
 def table_lines(results: list[AppResult]) -> list[str]:
     """The per-app table as text lines (samples/s with its 95% interval and why the run ended), then the
     rates' notes and the stderr tail of each app that failed."""
-    from lotus.trace.steady import ended_by
+    from lotus.analysis.steady import ended_by
 
     head = ["app", "status", "exit", "wall s", "samples/s", "95% CI", "ended by", "wait", "GPU idle (data)", "CPUs",
             "workers", "trace"]
@@ -151,7 +151,7 @@ def table_lines(results: list[AppResult]) -> list[str]:
 def probe_lines(probes: list[dict]) -> list[str]:
     """The workers=auto profiling probes (``SubmitResult.probes``): samples/s with its 95% interval, why each
     ended, its note; a failed probe's stderr tail."""
-    from lotus.trace.steady import ended_by
+    from lotus.analysis.steady import ended_by
 
     if not probes:
         return []

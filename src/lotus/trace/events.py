@@ -34,18 +34,18 @@ import numpy as np
 
 from lotus.errors import InputError
 from lotus.trace import schema as S
+from lotus.trace.chunks import ROLES, legacy_fetch, record_chunks
 from lotus.trace.discover import FileList, Run, find_run
 from lotus.trace.native import read_header
 from lotus.trace.original import PLACEHOLDER_WAIT_NS, read_original_log, release_freed_memory
-from lotus.trace.packed import expand_main_batches
-from lotus.trace.parts import iter_records, mark_continued, spans_for, stitch
+from lotus.trace.parts import mark_continued, stitch
 
 _log = logging.getLogger("lotus.trace")
 _CHUNK_RECORDS = 1 << 20
 
 EVENT_COLUMNS = ["name", "cat", "start_ns", "dur_ns", "pid", "role", "worker_id", "rank", "loader",
                  "epoch", "batch_id", "sample", "arg"]
-_ROLES = ["main", "worker"]
+_ROLES = ROLES
 
 
 # dtype of every column the accumulator builds (codes first, then the DataFrame's integer columns)
@@ -153,69 +153,24 @@ LOADER_STRIDE = 1000  # loader ids of the k-th process of a rank: k * 1000 + its
 
 def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: int = 0,
                  spans: dict | None = None) -> None:
-    header, offset = read_header(path)
-    shift = offsets.get(header.get("boot_id", ""), int(header["anchor_wall_ns"]) - int(header["anchor_mono_ns"]))
-    # Local name id -> run-wide code. Built-ins map to themselves.
-    lut = np.full(S.MAX_NAME_ID + 1, -1, np.int32)
-    for e in S.BUILTIN_EVENTS:
-        lut[e.id] = e.id
-    defines: dict[tuple[int, int], list[bytes]] = {}
-    clean = False
     n_events = 0
     n_legacy = 0
-    role = header.get("role", "main")
-    derive = spans_for(spans, path) if int(header.get("version", 1)) >= S.DERIVED_FROM_SAMPLE else None
-    packed = int(header.get("version", 1)) >= S.PACKED_MAIN_BATCH
-    consts = {"pid": int(header.get("pid", -1)), "role": _ROLES.index(role) if role in _ROLES else 0,
-              "worker_id": int(header.get("worker_id", -1)), "rank": int(header.get("rank", 0))}
-    for arr in iter_records(path, offset, _CHUNK_RECORDS):
-        ids = arr["name_id"]
-        ctrl_mask = ids < 0
-        if ctrl_mask.any():
-            ctrl = arr[ctrl_mask]
-            raw = ctrl.view(np.uint8).reshape(len(ctrl), S.RECORD_SIZE)
-            touched = set()
-            for i, rec in enumerate(ctrl):
-                if rec["name_id"] == S.CTRL_DEFINE:
-                    key = (int(rec["loader"]), int(rec["epoch"]))
-                    defines.setdefault(key, []).append(raw[i, 8:].tobytes())
-                    if key[0] == S.NS_EVENT_NAME and 0 <= key[1] <= S.MAX_NAME_ID:
-                        touched.add(key)
-                elif rec["name_id"] == S.CTRL_END:
-                    clean = True
-            for key in touched:
-                name = b"".join(defines[key]).rstrip(b"\0").decode(errors="replace")
-                if name in S.EVENTS_BY_NAME:
-                    name += " (op)"  # a user op named like a built-in event
-                lut[key[1]] = acc.code(name, S.OP_CAT)
-            arr = arr[~ctrl_mask]
-            ids = arr["name_id"]
-        if packed:  # version >= 3: a num_workers=0 batch's records, packed in two
-            arr = expand_main_batches(arr, path)
-            ids = arr["name_id"]
-        if derive is not None:  # version >= 2: load/transform spans are derived from sample and op records
-            arr = derive(arr)
-            ids = arr["name_id"]
-        code = lut[ids]
-        if (code < 0).any():
-            for bad in np.unique(ids[code < 0]):
-                nm = S.EVENTS_BY_ID.get(int(bad))
-                lut[bad] = acc.code(f"unknown:{bad}", "unknown")
-                _log.warning("%s: event id %d is not defined in this file%s; kept as 'unknown:%d'",
-                             path, bad, "" if nm is None else f" ({nm.name})", bad)
-            code = lut[ids]
-        arg = arr["arg"]
-        legacy = (ids == S.EV_FETCH) & (arg > 0) & ((arg & S.FETCH_STOP) != 0)
-        if legacy.any():  # lotus <= 0.1: exhaustion was a flagged fetch; now its own event kind
-            code[legacy] = S.EV_EXHAUSTED
-            arg = np.where(legacy, arg & ~S.FETCH_STOP, arg)
-            n_legacy += int(legacy.sum())
-        acc.add(len(arr), code=code, start_ns=arr["start_ns"] + shift, dur_ns=arr["dur_ns"],
+    fs = None
+    for arr, code, fs in record_chunks(path, offsets, loader_offset, acc.code, spans=spans,
+                                       chunk_records=_CHUNK_RECORDS):
+        code, arg, legacy = legacy_fetch(arr, code)  # lotus <= 0.1: exhaustion was a flagged fetch
+        n_legacy += legacy
+        acc.add(len(arr), code=code, start_ns=arr["start_ns"] + fs.shift, dur_ns=arr["dur_ns"],
                 batch_id=arr["batch_id"], sample=arr["sample"], arg=arg,
                 loader=arr["loader"] if not loader_offset else arr["loader"].astype(np.int32) + loader_offset,
-                epoch=arr["epoch"], **consts)
+                epoch=arr["epoch"], **{k: fs.consts[k] for k in ("pid", "role", "worker_id", "rank")})
         n_events += len(arr)
-        del arr, ids, code, arg
+        del arr, code, arg
+    if fs is None:  # a file of no record at all
+        header, defines, clean = read_header(path)[0], {}, False
+    else:
+        header, defines, clean = fs.consts["header"], fs.consts["defines"], fs.consts["clean"]
+    role = header.get("role", "main")
     loaders = loader_descriptions(defines, loader_offset, path)
     acc.files.append({"path": str(path), "format": "lotus", "role": role, "pid": header.get("pid"),
                       "rank": header.get("rank", 0), "worker_id": header.get("worker_id", -1),
@@ -228,6 +183,19 @@ def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: 
                   path, n_legacy)
     if not clean:
         _log.info("%s: no end record (process killed or still running); %d events read", path, n_events)
+
+
+def readable_native(run: Run) -> tuple[list[Path], dict[str, int], dict[Path, int]]:
+    """The run's lotus trace files whose header reads (a warning for each other one), with their clock
+    offsets (:func:`clock_offsets`) and loader offsets (:func:`loader_offsets`)."""
+    good = []
+    for p in run.native:
+        try:
+            read_header(p)
+            good.append(p)
+        except InputError as exc:
+            _log.warning("%s; file skipped", exc)
+    return good, clock_offsets(good), loader_offsets(good)
 
 
 def loader_descriptions(defines: dict, loader_offset: int, path) -> dict[int, dict]:
@@ -298,15 +266,7 @@ def events_of_run(run: Run, *, sort: bool = False):
     import pandas as pd
 
     acc = _Acc()
-    good_native = []
-    for p in run.native:
-        try:
-            read_header(p)
-            good_native.append(p)
-        except InputError as exc:
-            _log.warning("%s; file skipped", exc)
-    offsets = clock_offsets(good_native)
-    per_process = loader_offsets(good_native)
+    good_native, offsets, per_process = readable_native(run)
     spans: dict = {}
     for p in good_native:
         _native_file(acc, p, offsets, per_process.get(p, 0), spans)

@@ -66,6 +66,16 @@ def header_cache():
         _HEADERS.pop()
 
 
+def open_raw(path: str | Path):
+    """A binary file object over the (decompressed) bytes of a trace file or part."""
+    p = str(path)
+    if p.endswith(S.ZST):
+        import pyarrow as pa
+
+        return pa.input_stream(p, compression="zstd")
+    return open(p, "rb")
+
+
 def read_header(path: str | os.PathLike) -> tuple[dict, int]:
     """The JSON header and the byte offset of the first record."""
     p = Path(path)
@@ -80,8 +90,6 @@ def read_header(path: str | os.PathLike) -> tuple[dict, int]:
 
 
 def _read_header(p: Path) -> tuple[dict, int]:
-    from lotus.trace.parts import open_raw
-
     with open_raw(p) as f:
         pre = f.read(S.PREAMBLE.size)
         if len(pre) < S.PREAMBLE.size:

@@ -22,23 +22,13 @@ from pathlib import Path
 from lotus.trace import schema as S
 
 _log = logging.getLogger("lotus.trace")
-ZST = ".zst"
+ZST = S.ZST
 SUFFIXES = (S.FILE_SUFFIX, S.FILE_SUFFIX + ZST)
 _PART = re.compile(r"^(?P<base>.+?)(?:\.part(?P<k>\d{4,}))?\.lotustrace(?:\.zst)?$")
 
 
 def is_trace_name(name: str) -> bool:
     return name.endswith(SUFFIXES)
-
-
-def open_raw(path: str | Path):
-    """A binary file object over the (decompressed) bytes of a trace file or part."""
-    p = str(path)
-    if p.endswith(ZST):
-        import pyarrow as pa
-
-        return pa.input_stream(p, compression="zstd")
-    return open(p, "rb")
 
 
 def part_of(path: Path) -> tuple[str, int]:
@@ -115,7 +105,7 @@ def _edge_time(path: Path, *, last: bool) -> int | None:
     import numpy as np
 
     from lotus.errors import InputError
-    from lotus.trace.native import RECORD_DTYPE, read_header
+    from lotus.trace.native import RECORD_DTYPE, open_raw, read_header
 
     try:
         header, offset = read_header(path)
@@ -162,7 +152,7 @@ def iter_records(path: Path, offset: int, chunk_records: int):
     what they keep (fancy indexing does)."""
     import numpy as np
 
-    from lotus.trace.native import RECORD_DTYPE
+    from lotus.trace.native import RECORD_DTYPE, open_raw
 
     size = max(chunk_records, 2) * S.RECORD_SIZE  # room for a packed pair
     n = 0

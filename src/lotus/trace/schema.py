@@ -56,6 +56,7 @@ HEADER = struct.Struct("<hhi")  # a record's name_id, loader, epoch: RECORD's fi
 PACK2_HEADED = struct.Struct(("@" if _WF.endswith("l") else "<") + ("8s" + _WF[3:]) * 2).pack
 PAYLOAD_BYTES = 40  # bytes of a control record after name_id/loader/epoch
 FILE_SUFFIX = ".lotustrace"
+ZST = ".zst"  # a zstd-compressed file or part (lotus compact, rotation)
 
 # numpy dtype spec of a record (the reader builds np.dtype(RECORD_DTYPE)).
 RECORD_DTYPE = [

@@ -1,6 +1,6 @@
 """The simulated input pipeline behind :mod:`lotus.trace.synthetic`: spec, batch sizes, per-sample costs.
 
-:func:`simulate` runs the discrete-event model of torch's DataLoader of :mod:`lotus.model.sim` (workers
+:func:`simulate` runs the discrete-event model of torch's DataLoader of :mod:`lotus.sim` (workers
 picked round robin, ``prefetch_factor`` batches in flight per worker, in-order delivery, a training step
 of fixed mean length, optionally a CPU limit) on per-sample load/op times drawn from log-normal
 distributions around the means of the original study (ImageNet, ResNet-18, b128). The writers of both
@@ -43,9 +43,9 @@ class PipelineSpec:
     straggler_every: int = 0  # every n-th batch (n > 0) is a straggler...
     straggler_factor: float = 5.0  # ...whose samples take this many times longer
     cpus: int | None = None  # CPUs of the simulated job (None: no CPU limit; recorded as cpus_available)
-    main_cpu_cores: float = 1.0  # CPU the main process uses (lotus.model.sim.cpu_stretch)
-    contention: float = 0.0  # slowdown per extra worker running at once (lotus.model.sim.cpu_stretch)
-    cpu_fraction: float = 1.0  # share of worker time that needs a CPU (lotus.model.sim.cpu_stretch)
+    main_cpu_cores: float = 1.0  # CPU the main process uses (lotus.sim.cpu_stretch)
+    contention: float = 0.0  # slowdown per extra worker running at once (lotus.sim.cpu_stretch)
+    cpu_fraction: float = 1.0  # share of worker time that needs a CPU (lotus.sim.cpu_stretch)
     sync: bool = False  # ranks in lockstep: a collective (DDP's all-reduce) ends each step's compute
     slow_rank: int = -1  # with these, one rank is a straggler:
     slow_rank_load: float = 1.0  # ... its samples' load and op times are this many times longer (input pipeline)
@@ -134,18 +134,18 @@ def _layout(load, ops, collate, put):
 
 
 def simulate(spec: PipelineSpec) -> list[SimEpoch]:
-    """Run the DataLoader model (:mod:`lotus.model.sim`); one :class:`SimEpoch` per (rank, epoch)."""
+    """Run the DataLoader model (:mod:`lotus.sim`); one :class:`SimEpoch` per (rank, epoch)."""
     return list(iter_simulate(spec))
 
 
 def iter_simulate(spec: PipelineSpec) -> Iterator[SimEpoch]:
     """:func:`simulate` one (rank, epoch) at a time, in that order (memory: one epoch's arrays).
 
-    With ``spec.cpus`` set, worker durations are stretched by the CPU model of :mod:`lotus.model.sim`
+    With ``spec.cpus`` set, worker durations are stretched by the CPU model of :mod:`lotus.sim`
     (``main_cpu_cores``, ``contention``, ``cpu_fraction``) at its fixed point; ``cpus=None`` leaves them as drawn.
     ``spec.sync``: the ranks run in lockstep (:func:`_iter_lockstep`), epoch by epoch.
     """
-    from lotus.model.sim import CpuModel, run_loader, run_with_cpus
+    from lotus.sim import CpuModel, run_loader, run_with_cpus
 
     if spec.sync:
         yield from _iter_lockstep(spec)
@@ -230,7 +230,7 @@ def _iter_lockstep(spec: PipelineSpec) -> Iterator[SimEpoch]:
     waits in a collective until the last rank got there (the release is the latest hand-off plus that
     rank's compute), then (the slow rank) works ``slow_rank_step_ms`` more before it asks for the next
     batch. Epochs start together. Yields epoch by epoch, rank by rank (no CPU model)."""
-    from lotus.model.sim import loader_loop
+    from lotus.sim import loader_loop
 
     if spec.cpus is not None:
         raise ValueError("sync=True simulates no CPU limit (cpus=None)")

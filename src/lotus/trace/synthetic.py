@@ -1,6 +1,6 @@
 """Synthetic traces of a simulated input pipeline, in lotus's format and the original LotusTrace format.
 
-For benchmarks and tests: the discrete-event model of torch's DataLoader of :mod:`lotus.model.sim`
+For benchmarks and tests: the discrete-event model of torch's DataLoader of :mod:`lotus.sim`
 (workers picked round robin, ``prefetch_factor`` batches in flight per worker, in-order delivery, a
 training step of fixed mean length, optionally a CPU limit) produces every event lotus records, with
 per-sample load/op times drawn from log-normal distributions around the means of the original study

@@ -9,6 +9,10 @@ num_workers first, then prefetch_factor, pin_memory and persistent_workers. Prob
 :func:`lotus.launch.launch`, predictions come from :func:`lotus.model.fit`; the search itself
 (:mod:`lotus.tune.search`, :mod:`lotus.tune.knobs`, :func:`lotus.tune.core.run_tuning`) is pure over a
 ``probe`` and a ``fit`` callable, so it is tested with fakes of known truth. See docs/tune.md.
+
+Feature layer (docs/architecture.md): may import :mod:`lotus.model`, :mod:`lotus.analysis`, the engine
+(:mod:`lotus.query` itself), the format, the tracing side and other feature packages (no cycle);
+never the commands.
 """
 
 from __future__ import annotations

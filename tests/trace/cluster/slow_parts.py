@@ -5,7 +5,7 @@ worker while it holds a part."""
 import os
 import time
 
-import lotus.trace.cluster as cluster
+import lotus.query.cluster as cluster
 
 _scan_remote = getattr(cluster, "_unpatched_scan_remote", cluster.scan_remote)  # the preload may run twice
 cluster._unpatched_scan_remote = _scan_remote

@@ -4,7 +4,7 @@ TensorBoard scalars, a Prometheus endpoint, Weights & Biases, from a sidecar pro
 trace files as they are written (:class:`lotus.live.Tailer`): the training process does no extra work
 for them, and a sink that fails or stalls cannot fail or stall the job. See docs/live-sinks.md.
 
-Layer: above :mod:`lotus.live` (the tailer, ``snapshot``) and :mod:`lotus.trace.steady` (the one
+Layer: above :mod:`lotus.live` (the tailer, ``snapshot``) and :mod:`lotus.analysis.steady` (the one
 throughput measure); the sink packages (tensorboard, prometheus_client, wandb) are optional and imported
 only in the sidecar, by the module of their sink.
 

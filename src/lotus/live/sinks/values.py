@@ -1,7 +1,7 @@
 """What the sinks publish, from the live tailer's state: per (rank, loader), and for the run's main loader.
 
 The numbers are those of ``lotus top`` (:func:`lotus.live.snapshot` over the window), except samples/s:
-that is the project's one throughput measure (:func:`lotus.trace.steady.steady_rate`) over the window's
+that is the project's one throughput measure (:func:`lotus.analysis.steady.steady_rate`) over the window's
 hand-offs, so that it carries its 95% interval. The window's hand-offs run from the last one at or before
 the window's start (or the hand-off of the run's prefetched ramp's last batch, if later: the ramp goes at
 the step's pace, as :mod:`lotus.analysis.throughput` leaves it out) to the last one in the window. With no
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lotus.analysis.steady import SteadyRate, combine, steady_rate
 from lotus.analysis.throughput import ramp_batches
 from lotus.live.metrics import batch_samples
 from lotus.live.state import SAMPLE_COUNT, SEC, LiveState
 from lotus.trace import schema as S
-from lotus.trace.steady import SteadyRate, combine, steady_rate
 
 
 @dataclass(frozen=True)

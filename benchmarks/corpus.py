@@ -1,0 +1,311 @@
+"""Issue 24's corpus: each job shape x each decision command, against the job's own clock.
+
+Every shape is a run of ``benchmarks/reference_train.py`` (plain torch, no lotus import, timing its own steady
+state after the prefetched ramp). For each (shape, command) the command runs as a user would run it, and the
+same job runs alone (``taskset``, no lotus) at the points the command speaks of, in the same session:
+
+- ``whatif``: ``lotus run`` traces the shape at its own setting; ``lotus whatif`` predicts half and twice its
+  workers (2 and 8 from ``num_workers=0``); truth: the job alone at those settings.
+- ``stalls``: ``lotus stalls`` (its warm prep-stall share) against the loop's measured wait share of the job
+  alone at its own setting (points).
+- ``tune``: ``lotus tune --only num_workers`` from the shape's setting; truth: the job alone at every
+  worker count of the shape's sweep; error = the job alone at tune's choice against the sweep's best; time =
+  tune's seconds against the sweep's (the sum of its runs' wall times).
+- ``sens``: ``lotus sensitivity --cpus-grid G``; truth: the job alone at each CPU count of G with the best of
+  a few worker counts; error per cell (the warm column) and the demand (fewest CPUs of G reaching 95% of
+  the best) against the truth's demand.
+
+Every step saves its JSON under ``--work`` and is skipped when rerun (phases resume across device calls);
+``--deadline-s`` stops starting new steps. ``--table FILE`` writes the markdown table from what is there.
+
+    python benchmarks/corpus.py --host local --work /tmp/corpus --seconds 6            # this machine
+    python benchmarks/corpus.py --host gpu --data /tmp/jpegs --work W --shapes gpu_bound --commands whatif,stalls
+    python benchmarks/corpus.py --work W --table docs/results/corpus.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+JOB = [sys.executable, str(REPO / "benchmarks" / "reference_train.py")]
+JPEG = ["-b", "128", "--bf16", "--channels-last", "--pin-memory", "--persistent-workers"]
+
+# name: (job args with {data}, cpus, workers, tune sweep, sensitivity grid, what it stands for)
+SHAPES = {
+    "gpu": {
+        "cpu_decode": (["{data}", "-a", "resnet18", *JPEG], 16, 16, [8, 12, 16, 20, 24], [2, 4, 8, 16],
+                       "ResNet-18 on JPEGs: CPU-decode-bound"),
+        "gpu_bound": (["{data}", "-a", "resnet152", *JPEG], 16, 16, [4, 8, 12, 16], [2, 4, 8, 16],
+                      "ResNet-152 on JPEGs: GPU-bound"),
+        "nw0": (["{data}", "-a", "resnet18", *JPEG], 8, 0, [0, 2, 4, 6, 8, 12], [2, 4, 8],
+                "ResNet-18, launched with num_workers=0, 8 CPUs"),
+        "oversub": (["{data}", "-a", "resnet18", *JPEG], 4, 16, [2, 4, 8, 16, 32], [1, 2, 4],
+                    "ResNet-18, 16 workers on 4 CPUs"),
+        "tokenizer": (["--synthetic", "0.05", "--samples", "65536", "-a", "none", "--step-ms", "2", "-b", "256",
+                       "--persistent-workers"], 4, 4, [1, 2, 4, 8], [1, 2, 4],
+                      "light per-sample Python (0.05 ms/sample, batch 256), 2 ms CPU step"),
+        "short_epochs": (["--synthetic", "2", "--samples", "512", "-a", "none", "--step-ms", "5", "-b", "32"],
+                         8, 8, [2, 4, 8, 12, 16], [2, 4, 8],
+                         "16-batch epochs, 8 workers not persistent: epochs shorter than the ramp"),
+    },
+    "local": {
+        "cpu_bound": (["--synthetic", "4", "--samples", "4096", "-a", "none", "--step-ms", "1", "-b", "16",
+                       "--persistent-workers"], 2, 2, [1, 2, 3, 4], [1, 2],
+                      "4 ms of CPU per sample, 1 ms step: CPU-bound"),
+        "step_bound": (["--synthetic", "1", "--samples", "4096", "-a", "none", "--step-ms", "40", "-b", "16",
+                        "--persistent-workers"], 2, 2, [1, 2, 4], [1, 2],
+                       "40 ms step per batch of 1 ms samples: step-bound (the GPU-bound analogue)"),
+        "nw0": (["--synthetic", "4", "--samples", "4096", "-a", "none", "--step-ms", "1", "-b", "16"], 2, 0,
+                [0, 1, 2, 3], [1, 2], "launched with num_workers=0"),
+        "oversub": (["--synthetic", "4", "--samples", "4096", "-a", "none", "--step-ms", "1", "-b", "16",
+                     "--persistent-workers"], 2, 8, [1, 2, 4, 8], [1, 2], "8 workers on 2 CPUs"),
+        "tokenizer": (["--synthetic", "0.05", "--samples", "65536", "-a", "none", "--step-ms", "2", "-b", "256",
+                       "--persistent-workers"], 2, 2, [1, 2, 4], [1, 2], "0.05 ms/sample, batch 256"),
+        "short_epochs": (["--synthetic", "2", "--samples", "256", "-a", "none", "--step-ms", "2", "-b", "16"],
+                         2, 4, [1, 2, 4, 8], [1, 2], "16-batch epochs, 4 workers not persistent"),
+    },
+}
+COMMANDS = ("whatif", "stalls", "tune", "sens")
+
+
+class Corpus:
+    def __init__(self, a):
+        self.a, self.work, self.t0 = a, Path(a.work), time.monotonic()
+        self.shapes = SHAPES[a.host]
+
+    def late(self) -> bool:
+        return time.monotonic() - self.t0 > self.a.deadline_s
+
+    def args(self, shape: str, workers: int, seconds: float | None = None) -> list[str]:
+        spec = self.shapes[shape]
+        job = [str(self.a.data) if x == "{data}" else x for x in spec[0]]
+        return [*JOB, *job, "-j", str(workers), "--seconds", str(seconds or self.a.seconds)]
+
+    def cpus(self, c: int) -> str:
+        return f"0-{c - 1}"
+
+    def plain(self, shape: str, c: int, w: int) -> dict | None:
+        """The job alone pinned to c CPUs with w workers: its own clock (cached)."""
+        f = self.work / "truth" / f"{shape}-c{c}-w{w}.json"
+        if f.exists():
+            return json.loads(f.read_text())
+        if self.late():
+            return None
+        f.parent.mkdir(parents=True, exist_ok=True)
+        t = time.monotonic()
+        r = subprocess.run(["taskset", "-c", self.cpus(c), *self.args(shape, w), "--json", str(f) + ".tmp"],
+                           check=False, capture_output=True, text=True, timeout=600)
+        if r.returncode or not Path(str(f) + ".tmp").exists():
+            print(f"truth {shape} c{c} w{w} failed: {r.stderr[-400:]}", file=sys.stderr)
+            return None
+        d = json.loads(Path(str(f) + ".tmp").read_text())
+        Path(str(f) + ".tmp").unlink()
+        d["wall_s"] = time.monotonic() - t
+        f.write_text(json.dumps(d))
+        print(f"truth {shape} c{c} w{w}: {d['samples_per_s']:.1f}/s wait {d['wait_share']:.3f} "
+              f"({d['wall_s']:.0f} s)", flush=True)
+        return d
+
+    def lotus(self, argv: list[str], out: Path) -> tuple[dict | None, float, str]:
+        t = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "lotus", *argv], check=False, capture_output=True, text=True,
+                           timeout=1800)
+        secs = time.monotonic() - t
+        out.parent.mkdir(parents=True, exist_ok=True)
+        (out.parent / (out.name + ".log")).write_text(r.stderr[-20000:])
+        try:
+            return json.loads(r.stdout), secs, r.stderr[-400:]
+        except ValueError:
+            return None, secs, r.stderr[-400:]
+
+    def result(self, shape: str, cmd: str) -> Path:
+        return self.work / "results" / f"{shape}.{cmd}.json"
+
+    def save(self, shape: str, cmd: str, d: dict) -> None:
+        f = self.result(shape, cmd)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({"shape": shape, "command": cmd, "what": self.shapes[shape][5], **d}, indent=1))
+        print(f"{shape} {cmd}: {json.dumps({k: v for k, v in d.items() if k != 'detail'})}", flush=True)
+
+    # -- the commands ------------------------------------------------------------------------------------------
+    def whatif(self, shape: str) -> dict | None:
+        _, c, w, *_ = self.shapes[shape]
+        run = self.work / "traced" / shape
+        if not (run / "own.json").exists():
+            run.parent.mkdir(parents=True, exist_ok=True)
+            own = run.parent / f"{shape}.own.json"
+            subprocess.run([sys.executable, "-m", "lotus", "run", "--cpus", self.cpus(c), "-o", str(run),
+                            "--no-verdict", "--", *self.args(shape, w), "--json", str(own)],
+                           check=False, capture_output=True, text=True, timeout=900)
+            if not own.exists():
+                return None
+            own.rename(run / "own.json")
+        pts = [2, 8] if w == 0 else [max(w // 2, 1), 2 * w]
+        pred, secs, err = self.lotus(["whatif", "-d", str(run), "--workers", ",".join(map(str, pts)),
+                                      "--cpus", str(c), "--json"], self.work / "results" / f"{shape}.whatif")
+        if pred is None:
+            return {"lotus": None, "truth": None, "error": None, "note": err}
+        rows = []
+        for p in pred["predictions"]:
+            t = self.plain(shape, c, p["num_workers"])
+            if t is None:
+                return None
+            rows.append({"workers": p["num_workers"], "lotus": p["samples_per_s"], "truth": t["samples_per_s"],
+                         "truth_ci95": t["ci95"], "error": p["samples_per_s"] / t["samples_per_s"] - 1})
+        worst = max(rows, key=lambda r: abs(r["error"]))
+        return {"lotus": worst["lotus"], "truth": worst["truth"], "error": worst["error"], "probes": 1,
+                "seconds": secs, "detail": {"points": rows, "traced": pred.get("measured")}}
+
+    def stalls(self, shape: str) -> dict | None:
+        _, c, w, *_ = self.shapes[shape]
+        out = self.work / "stalls" / shape
+        d, secs, err = self.lotus(["stalls", "--cpus", self.cpus(c), "--max-seconds", str(self.a.seconds),
+                                   "--out", str(out), "--json", "--", *self.args(shape, w, 100000)], out)
+        t = self.plain(shape, c, w)
+        if t is None:
+            return None
+        if d is None or d.get("warm_stall_share") is None:
+            return {"lotus": None, "truth": 100 * t["wait_share"], "error": None, "note": err}
+        return {"lotus": 100 * d["warm_stall_share"], "truth": 100 * t["wait_share"],
+                "error": 100 * (d["warm_stall_share"] - t["wait_share"]), "unit": "points",
+                "probes": len(d.get("probes") or []), "seconds": secs,
+                "detail": {k: d.get(k) for k in ("stall_source", "warm_measured_wait_share", "compute_share",
+                                                  "prep_stall_share", "fetch_stall_share", "notes")}}
+
+    def tune(self, shape: str) -> dict | None:
+        _, c, w, sweep, *_ = self.shapes[shape]
+        out = self.work / "tune" / shape
+        d, secs, err = self.lotus(["tune", "--only", "num_workers", "--cpus", self.cpus(c), "--max-seconds",
+                                   str(self.a.seconds), "--budget-minutes", str(self.a.tune_minutes),
+                                   "--max-workers", str(max(sweep)), "--out", str(out), "--json", "--",
+                                   *self.args(shape, w, 100000)], out)
+        truth = {x: self.plain(shape, c, x) for x in sweep}
+        if any(v is None for v in truth.values()):
+            return None
+        if d is None:
+            return {"lotus": None, "truth": None, "error": None, "note": err}
+        chosen = int(d["best"]["num_workers"])
+        at = truth.get(chosen) or self.plain(shape, c, chosen)
+        if at is None:
+            return None
+        best_w = max(truth, key=lambda x: truth[x]["samples_per_s"])
+        best = truth[best_w]["samples_per_s"]
+        sweep_s = sum(v["wall_s"] for v in truth.values())
+        return {"lotus": at["samples_per_s"], "truth": best, "error": at["samples_per_s"] / best - 1,
+                "probes": len(d["probes"]), "seconds": secs, "time_share": secs / sweep_s,
+                "detail": {"chosen_workers": chosen, "best_workers": best_w, "lotus_rate": d["samples_per_s"],
+                           "lotus_ci95": d["ci95"], "sweep": {x: v["samples_per_s"] for x, v in truth.items()},
+                           "sweep_s": sweep_s, "stopped": d.get("stopped"),
+                           "model_holds": (d.get("model_check") or {}).get("holds")}}
+
+    def sens(self, shape: str) -> dict | None:
+        _, _, w, _, grid, _ = self.shapes[shape]
+        out = self.work / "sens" / shape
+        argv = ["sensitivity", "--cpus-grid", ",".join(map(str, grid)), "--max-seconds", str(self.a.seconds),
+                "--max-probes", str(self.a.sens_probes), "--out", str(out), "--json"]
+        if self.a.data and "{data}" in self.shapes[shape][0]:
+            argv += ["--cache-gb", str(self.a.cache_gb)]
+        d, secs, err = self.lotus([*argv, "--", *self.args(shape, max(w, 1), 100000)], out)
+        truth = {}
+        for g in grid:
+            runs = [self.plain(shape, g, x) for x in sorted({g, 2 * g} if g < 4 else {g})]
+            if any(r is None for r in runs):
+                return None
+            truth[g] = max(r["samples_per_s"] for r in runs)
+        if d is None:
+            return {"lotus": None, "truth": None, "error": None, "note": err}
+        top = max(p["cache_gb"] or 0 for p in d["matrix"])
+        cells = {p["cpus"]: p for p in d["matrix"] if (p["cache_gb"] or 0) == top}
+        rows = [{"cpus": g, "lotus": cells[g]["samples_per_s"], "how": cells[g].get("how"), "truth": truth[g],
+                 "error": cells[g]["samples_per_s"] / truth[g] - 1} for g in grid if g in cells]
+        best = max(truth.values())
+        t_demand = min(g for g in grid if truth[g] >= d["target"] * best)
+        errs = [abs(r["error"]) for r in rows]
+        worst = max(rows, key=lambda r: abs(r["error"]))
+        return {"lotus": worst["lotus"], "truth": worst["truth"], "error": worst["error"],
+                "median_abs_error": statistics.median(errs), "probes": len(d["probes"]), "seconds": secs,
+                "demand": (d.get("demand") or {}).get("cpus"), "truth_demand": t_demand,
+                "detail": {"cells": rows, "notes": d.get("notes"), "model_holds":
+                           (d.get("model_check") or {}).get("holds")}}
+
+    def run(self, shapes: list[str], commands: list[str]) -> None:
+        for shape in shapes:
+            for cmd in commands:
+                if self.result(shape, cmd).exists():
+                    continue
+                if self.late():
+                    print(f"skip {shape} {cmd}: deadline", flush=True)
+                    continue
+                r = getattr(self, cmd)(shape)
+                if r is not None:
+                    self.save(shape, cmd, r)
+
+
+def fmt(v, unit="") -> str:
+    if v is None:
+        return "-"
+    return f"{v:+.1f} pt" if unit == "points" else f"{v:,.0f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+def table(work: Path) -> str:
+    lines = ["| shape | command | lotus | truth | error | probes | seconds | note |",
+             "|---|---|---|---|---|---|---|---|"]
+    for f in sorted((work / "results").glob("*.json")):
+        d = json.loads(f.read_text())
+        unit = d.get("unit", "")
+        err = d.get("error")
+        err_s = "-" if err is None else (f"{err:+.1f} pt" if unit == "points" else f"{100 * err:+.1f}%")
+        note = []
+        if d["command"] == "tune":
+            note.append(f"{d['detail']['chosen_workers']} workers (best {d['detail']['best_workers']}), "
+                        f"{100 * d['time_share']:.0f}% of the sweep's time")
+        if d["command"] == "sens":
+            note.append(f"median |error| {100 * d['median_abs_error']:.1f}%, demand {d['demand']} "
+                        f"(truth {d['truth_demand']})")
+        if d["command"] == "whatif":
+            note.append(", ".join(f"{p['workers']}w {100 * p['error']:+.1f}%" for p in d["detail"]["points"]))
+        if d.get("note"):
+            note.append(d["note"].strip().splitlines()[-1][:120])
+        lotus_s = f"{d['lotus']:.1f}%" if unit == "points" and d["lotus"] is not None else fmt(d["lotus"])
+        truth_s = f"{d['truth']:.1f}%" if unit == "points" and d["truth"] is not None else fmt(d["truth"])
+        secs = d.get("seconds")
+        lines.append(f"| {d['shape']} | {d['command']} | {lotus_s} | {truth_s} | {err_s} | {d.get('probes', '-')} | "
+                     f"{'-' if secs is None else f'{secs:.0f}'} | {'; '.join(note)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", choices=sorted(SHAPES), default="local")
+    p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--data", type=Path, default=None, help="ImageFolder root for the JPEG shapes")
+    p.add_argument("--shapes", default=None, help="comma-separated (default: all of --host)")
+    p.add_argument("--commands", default=",".join(COMMANDS))
+    p.add_argument("--seconds", type=float, default=10.0, help="steady seconds of every run and probe cap")
+    p.add_argument("--tune-minutes", type=float, default=3.0)
+    p.add_argument("--sens-probes", type=int, default=5)
+    p.add_argument("--cache-gb", type=float, default=0.5)
+    p.add_argument("--deadline-s", type=float, default=1e9, help="start no step after this many seconds")
+    p.add_argument("--table", type=Path, default=None, help="write the markdown table of --work's results here")
+    a = p.parse_args(argv)
+    if a.table is not None:
+        a.table.write_text(table(a.work))
+        print(a.table.read_text())
+        return 0
+    shapes = a.shapes.split(",") if a.shapes else list(SHAPES[a.host])
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    Corpus(a).run(shapes, [c for c in a.commands.split(",") if c])
+    print(table(a.work))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

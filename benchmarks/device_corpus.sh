@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 24's corpus on the GPU host (benchmarks/corpus.py --host gpu), in phases that resume across calls:
+# the results of earlier calls (RESUME, a folder holding results/ and truth/) are copied in first, every
+# step is skipped when its JSON is there, and what this call adds comes back as $OUT/corpus.tgz.
+#
+#   OUT=res RESUME=docs/results/gpu-h200/issue-24/corpus STEPS="gpu_bound:whatif,stalls nw0:tune" \
+#       benchmarks/device_corpus.sh
+set -u
+: "${OUT:?set OUT to the results folder}"
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${WORK:-/tmp/lotus-corpus}
+DATA=$WORK/jpegs
+mkdir -p "$WORK" "$OUT"
+# shellcheck source=benchmarks/device_lib.sh
+. "$REPO/benchmarks/device_lib.sh"
+T0=$(date +%s)
+pack() {  # after every step: a command killed at its limit still brings back what was done
+    (cd "$WORK" && tar -czf "$OUT/corpus.tgz" results truth $(ls -d stalls/*.log tune/*.log sens/*.log 2>/dev/null)
+     tar -czf "$OUT/traced.tgz" traced 2>/dev/null)
+}
+[ -n "${RESUME:-}" ] && [ -d "$REPO/$RESUME" ] && cp -r "$REPO/$RESUME"/. "$WORK"/
+data 8192 || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/env.txt" 2>&1
+$PY -c "import torch, torchvision, sys; print(sys.version.split()[0], torch.__version__, torchvision.__version__)" >> "$OUT/env.txt"
+nproc >> "$OUT/env.txt"
+for step in ${STEPS:?set STEPS to shape:cmd,cmd ...}; do
+    left=$(( ${LIMIT_S:-540} - ($(date +%s) - T0) ))
+    [ "$left" -le 30 ] && { echo "skip $step: time"; continue; }
+    $PY "$REPO/benchmarks/corpus.py" --host gpu --data "$DATA" --work "$WORK" --shapes "${step%%:*}" \
+        --commands "${step##*:}" --seconds "${SECS:-8}" --tune-minutes "${TUNE_MIN:-2.5}" --deadline-s "$left" \
+        2>&1 | grep -v "^|" | tail -20
+    pack
+done
+$PY "$REPO/benchmarks/corpus.py" --work "$WORK" --table "$OUT/corpus.md" > /dev/null
+echo "== done ($(( $(date +%s) - T0 )) s)"

@@ -1,0 +1,116 @@
+"""Where the parts of a scan run: in this process, on every core of this machine, or on a cluster.
+
+The scan (:mod:`lotus.query.scan`) splits a run's files, in their order, into runs of consecutive files
+(:func:`plan`: every part of a process in one of them, about equal bytes) and scans each with
+:func:`lotus.query.scanfiles.scan_files`; :func:`lotus.query.scanmerge.merge_parts` merges the parts in
+that order into the bytes one pass would have made. How many processes (:func:`jobs`):
+
+* ``$LOTUS_JOBS`` (``lotus ... --jobs N``): N processes (1: the serial path, in this process, no merge;
+  ``0`` or ``auto``: every core this process may run on);
+* otherwise every core for a run of at least :data:`PARALLEL_MIN_BYTES` of trace files, else one.
+
+Processes are forked (``multiprocessing``; the parts come back pickled, in order). ``$LOTUS_CLUSTER``
+(``--cluster ADDRESS``) sends the same parts to a running Dask cluster instead
+(:mod:`lotus.query.cluster`): its workers read the files at the same paths (shared storage).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from lotus.errors import LotusError
+from lotus.query.scanfiles import ScanContext, ScanPart, scan_files
+from lotus.query.scanplan import PART_BYTES, TASKS_PER_JOB, _size, plan, scan_task
+
+_log = logging.getLogger("lotus.trace")
+PARALLEL_MIN_BYTES = 64 << 20  # smaller runs: one process (starting others costs more than it saves)
+
+
+def cores() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+_OVERRIDE: dict = {}  # what settings() set (the CLI's --jobs and --cluster), before the environment
+
+
+@contextlib.contextmanager
+def settings(jobs: int | None = None, cluster: str | None = None):
+    """``$LOTUS_JOBS`` and ``$LOTUS_CLUSTER`` for the time of a ``with`` block (``lotus ... --jobs N --cluster
+    ADDRESS``); None leaves one as it is. A cluster is checked here, once: unreachable is a :class:`ClusterError`."""
+    before = dict(_OVERRIDE)
+    if jobs is not None:
+        _OVERRIDE["jobs"] = str(jobs)
+    if cluster is not None:
+        from lotus.query.cluster import check
+
+        _OVERRIDE["cluster"] = check(cluster)
+    try:
+        yield
+    finally:
+        _OVERRIDE.clear()
+        _OVERRIDE.update(before)
+        if cluster is not None:
+            from lotus.query.cluster import close
+
+            close()
+
+
+def _setting(key: str) -> str:
+    if key in _OVERRIDE:
+        return _OVERRIDE[key]
+    return os.environ.get(f"LOTUS_{key.upper()}", "").strip()
+
+
+def jobs(total_bytes: int) -> int:
+    """How many processes scan a run of ``total_bytes`` (module doc)."""
+    text = _setting("jobs")
+    if not text:
+        return cores() if total_bytes >= PARALLEL_MIN_BYTES else 1
+    if text.lower() in ("0", "auto"):
+        return cores()
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 1:
+        raise LotusError(f"LOTUS_JOBS (--jobs) must be a number of processes >= 1, or 0/auto for every core; "
+                         f"not {text!r}")
+    return n
+
+
+def scan_parts(paths: list[Path], ctx: ScanContext) -> Iterator[ScanPart]:
+    """The parts of a scan of ``paths``, in file order (module doc)."""
+    address = _setting("cluster")
+    if address:
+        from lotus.query.cluster import cluster_parts
+
+        if ctx.op_reduce == "values":  # a cluster's workers write their temporary files on their own disks
+            ctx = replace(ctx, op_reduce="batches")
+
+        yield from cluster_parts(address, paths, ctx)
+        return
+    total = sum(_size(p) for p in paths)
+    n = jobs(total)
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon:  # a pool's worker may start no processes of its own
+        n = 1
+    tasks = plan(paths, max(n * TASKS_PER_JOB, total // PART_BYTES)) if n > 1 else []
+    if len(tasks) <= 1:
+        yield scan_files(paths, ctx)
+        return
+
+    ctx = replace(ctx, replay=True)
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    _log.debug("scanning %d files in %d parts on %d processes", len(paths), len(tasks), n)
+    with multiprocessing.get_context(method).Pool(min(n, len(tasks))) as pool:
+        parts = pool.imap(scan_task, [(t, ctx) for t in tasks])
+        import pandas  # noqa: F401 - while the workers scan: the events DataFrame is made next
+
+        yield from parts
