@@ -272,6 +272,9 @@ def table(work: Path) -> str:
                         f"(truth {d['truth_demand']})")
         if d["command"] == "whatif":
             note.append(", ".join(f"{p['workers']}w {100 * p['error']:+.1f}%" for p in d["detail"]["points"]))
+            traced = d["detail"].get("traced") or {}
+            if traced.get("disagrees"):
+                note.append(f"flagged by whatif: the model is {100 * traced['error']:+.0f}% off the traced run")
         if d.get("note"):
             note.append(d["note"].strip().splitlines()[-1][:120])
         lotus_s = f"{d['lotus']:.1f}%" if unit == "points" and d["lotus"] is not None else fmt(d["lotus"])

@@ -88,9 +88,14 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
     for o in obs:
         s = o.summary
         s.cpu_stretch = cpu.stretch(s.busy_workers, s.cpus, _main_busy(s)) if s.num_workers > 0 else 1.0
+    own = [o.levels for o in obs if o.summary.num_workers > 0 and o.summary.sample_ms]
     if not alpha_known:
         notes.append("one concurrency level only: workers assumed to scale linearly up to the CPUs "
                      "(contention 0); a probe at another worker count fits it")
+    elif contention is None and len(own) == 1 and own[0]:
+        notes.append(f"contention {cpu.contention:.3g} from the run's own levels of workers busy at once "
+                     f"({own[0][0][0]:.1f}-{own[0][-1][0]:.1f}); a probe at another worker count checks it "
+                     "beyond them")
     if not phi_known:
         notes.append("worker time taken as CPU time (cpu_fraction 1): a probe at another CPU count tells how "
                      "much of it waits instead (I/O, sleep)")
@@ -216,6 +221,9 @@ def _median_of(obs: list[Observation], attr: str, default: float) -> float:
     return float(np.median(vals)) if vals else float(default)
 
 
+WITHIN_RUN_SPAN = 0.3  # workers at once: the least span of one run's own levels that fits contention
+
+
 def _fit_cpu(obs: list[Observation], main_cpu_cores: float, contention: float | None,
              cpu_fraction: float | None) -> tuple[CpuModel, bool, bool]:
     """Contention and CPU fraction that make the runs' per-item times one uncontended time.
@@ -224,15 +232,23 @@ def _fit_cpu(obs: list[Observation], main_cpu_cores: float, contention: float | 
     (contention, cpu_fraction) ``y / stretch`` should be the same for all runs: the candidate with the
     smallest spread of ``log(y / stretch)`` wins (grid search). A parameter is searched only when the runs
     can tell it: contention when their workers running at once differ by >= 0.5, the CPU fraction when
-    their CPU sharing differs by >= 20 %; with two runs only one of them (the CPU fraction first).
+    their CPU sharing differs by >= 20 %; with two runs only one of them (the CPU fraction first). One run
+    with workers: its own levels of workers busy at once (:func:`lotus.model.measures.concurrency_levels`)
+    stand for runs, for contention only (its CPUs are the same at every level), when they span
+    :data:`WITHIN_RUN_SPAN` workers.
     """
     runs = [(o.summary.busy_workers, o.summary.cpus, _main_busy(o.summary), o.summary.sample_ms) for o in obs
             if o.summary.num_workers > 0 and o.summary.sample_ms]
+    one = [o for o in obs if o.summary.num_workers > 0 and o.summary.sample_ms]
+    within = len(runs) == 1 and contention is None and bool(one[0].levels)
+    if within:  # one run: its own levels of workers busy at once stand for runs at other worker counts
+        s = one[0].summary
+        runs = [(c, s.cpus, _main_busy(s), ms) for c, ms, _ in one[0].levels]
     full = CpuModel(main_cpu_cores)
     ps = [full.stretch(b, c, m) for b, c, m, _ in runs]
     running = [r[0] / p for r, p in zip(runs, ps, strict=True)]
-    can_phi = len(runs) >= 2 and max(ps) - min(ps) >= 0.2
-    can_alpha = len(runs) >= 2 and max(running) - min(running) >= 0.5
+    can_phi = len(runs) >= 2 and max(ps) - min(ps) >= 0.2 and not within  # one run: the same CPUs at every level
+    can_alpha = len(runs) >= 2 and max(running) - min(running) >= (WITHIN_RUN_SPAN if within else 0.5)
     if len(runs) == 2 and can_phi:
         can_alpha = False
     phis = [cpu_fraction] if cpu_fraction is not None else (np.linspace(0, 1, 41) if can_phi else [1.0])

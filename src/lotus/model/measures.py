@@ -69,18 +69,59 @@ def handoff(b, nw, prep):
 def arrive_latency(b) -> float | None:
     """Worker's end of preparation -> the main process has the batch, less pinning (ns, median).
 
-    Taken from the batches the loop was already waiting for when they arrived (it asked more than 1 ms
-    before): a batch that arrived while the loop was busy sat in the queue until the loop asked, which is the
-    loop's pace, not a latency of the pipeline. Measured on a GPU-bound run (issue 24, ResNet-152, 16
-    workers): the median of all batches read 2.1 s, the batches waited for 0.7 s; as a latency of every
-    batch the former halved the what-if at 8 workers (-45% against the job alone). Without such batches (the
-    loop never waited) the 10th percentile of all: the least queueing seen."""
+    Taken from the batches the loop was already waiting for when they arrived: it asked more than twice
+    the least receive time (of batches that were ready before it asked) and at least 1 ms before. A batch
+    that arrived while the loop was busy sat in the queue until the loop asked, which is the loop's pace,
+    not a latency of the pipeline. Measured on a GPU-bound run (issue 24, ResNet-152, 16 workers): the
+    median of all batches read 2.1 s, the batches waited for 0.7 s; as a latency of every batch the former
+    halved the what-if at 8 workers (-45% against the job alone). Fewer than max(5, 2% of the batches)
+    waited for (a loop that was the limit throughout): the worker's put plus that least receive time (a
+    step-bound CPU job: 144 ms of queueing, 1.2 ms of put and receive; its what-if at 1 worker read -50%,
+    now +4%)."""
     queue = _f64(b["queue_ns"]) - np.nan_to_num(_f64(b["pin_dur_ns"]))
     ok = np.isfinite(queue)
     if not ok.any():
         return None
-    waited = ok & (_f64(b["arrive_ns"]) - _f64(b["wait_start_ns"]) > 1e6)
-    return float(np.median(queue[waited])) if waited.any() else float(np.percentile(queue[ok], 10))
+    ws = _f64(b["wait_start_ns"])
+    receive = _f64(b["arrive_ns"]) - ws
+    # the least receive time: of batches ready (prepared and pinned) before the loop asked for them
+    ready = _f64(b["arrive_ns"]) - _f64(b["queue_ns"]) + np.nan_to_num(_f64(b["pin_dur_ns"]))
+    asked_late = np.isfinite(receive) & (receive > 0) & (ws >= ready)
+    least = float(np.percentile(receive[asked_late], 10)) if asked_late.any() else 0.0
+    waited = ok & (receive > max(1e6, 2.0 * least))
+    if waited.sum() >= max(5, 0.02 * ok.sum()):
+        return float(np.median(queue[waited]))
+    put = _f64(b["put_dur_ns"])
+    return (float(np.median(put[np.isfinite(put)])) if np.isfinite(put).any() else 0.0) + least
+
+
+def concurrency_levels(b, have, n, bins: int = 3, least: int = 30) -> list[tuple[float, float, int]] | None:
+    """The run's own variation in workers busy at once: per tercile of a batch's concurrency (the mean
+    number of batches in preparation over its preparation, itself included), that mean, the batches' mean
+    preparation per sample (ms) and their count; each worker's first batch of an epoch left out (a fresh
+    worker). None without ``least`` batches a level: one run then cannot tell contention (shared caches,
+    memory bandwidth, hypervisor threads) from the per-sample cost."""
+    s, e = _f64(b["prep_start_ns"]), _f64(b["prep_end_ns"])
+    ok = have & np.isfinite(s) & np.isfinite(e) & (e > s)
+    if ok.sum() < bins * least:
+        return None
+    s_ok, e_ok = s[ok], e[ok]
+    t = np.concatenate([s_ok, e_ok])
+    step = np.concatenate([np.ones(len(s_ok)), -np.ones(len(e_ok))])
+    order = np.argsort(t, kind="stable")
+    t, level = t[order], np.cumsum(step[order])
+    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(t))])
+    conc = (np.interp(e_ok, t, area) - np.interp(s_ok, t, area)) / (e_ok - s_ok)
+    sub = b[ok]
+    fresh = sub.groupby(["rank", "epoch", "worker_id"], sort=False).cumcount().to_numpy() == 0
+    conc, per = conc[~fresh], ((e_ok - s_ok) / n[ok] / 1e6)[~fresh]
+    if len(conc) < bins * least:
+        return None
+    edges = np.quantile(conc, np.linspace(0, 1, bins + 1))
+    which = np.clip(np.searchsorted(edges, conc, side="right") - 1, 0, bins - 1)
+    out = [(float(conc[which == k].mean()), float(per[which == k].mean()), int((which == k).sum()))
+           for k in range(bins) if (which == k).sum() >= least]
+    return out if len(out) >= 2 else None
 
 
 def wait_shares(b) -> tuple[float | None, float | None]:
@@ -205,5 +246,5 @@ def measured_rate(run, loader: int, ranks: int) -> tuple[float | None, tuple[flo
     return total / ranks, ((ci[0] / ranks, ci[1] / ranks) if ci else None), note
 
 
-__all__ = ["arrive_latency", "busy_workers", "epoch_restarts", "handoff", "int_or_none", "measured_rate", "rereads",
-           "steps", "wait_shares", "worker_latencies"]
+__all__ = ["arrive_latency", "busy_workers", "concurrency_levels", "epoch_restarts", "handoff", "int_or_none",
+           "measured_rate", "rereads", "steps", "wait_shares", "worker_latencies"]

@@ -62,6 +62,7 @@ class Observation:
     epoch_boot_ns: np.ndarray = field(default_factory=lambda: np.zeros(0))  # first dispatch -> first fetch
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    levels: list | None = None  # measures.concurrency_levels: (workers at once, ms a sample, batches)
 
 
 def _i64(s, fill=-1) -> np.ndarray:
@@ -158,6 +159,7 @@ def observe(run: RunTrace) -> Observation:
     epoch_batches, epoch_gaps, epoch_boots = measures.epoch_restarts(b)
 
     busy = measures.busy_workers(b, have) if nw > 0 else 0.0
+    levels = measures.concurrency_levels(b, have, n) if nw > 1 else None
     wait_share, steady_wait = measures.wait_shares(b)
     cpus = desc.get("cpus_available")
     cpus = float(cpus) / len(ranks) if isinstance(cpus, int | float) and cpus > 0 else None
@@ -179,7 +181,7 @@ def observe(run: RunTrace) -> Observation:
         step_ns=step_ns, step_source=step_source, handoff_ns=handoff, dispatch_ns=d.dispatch_ns, pin_ns=pin,
         start_latency_ns=start_lat, arrive_latency_ns=arrive_lat, free_gap_ns=free_gap, reread=reread,
         description=desc, epoch_batches=epoch_batches, epoch_gap_ns=epoch_gaps, epoch_boot_ns=epoch_boots,
-        missing=missing, notes=notes)
+        missing=missing, notes=notes, levels=levels)
 
 
 __all__ = ["Observation", "RunTrace", "main_loader", "observe"]
