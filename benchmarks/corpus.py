@@ -20,7 +20,8 @@ Every step saves its JSON under ``--work`` and is skipped when rerun (phases res
 
     python benchmarks/corpus.py --host local --work /tmp/corpus --seconds 6            # this machine
     python benchmarks/corpus.py --host gpu --data /tmp/jpegs --work W --shapes gpu_bound --commands whatif,stalls
-    python benchmarks/corpus.py --work W --table docs/results/corpus.md
+    python benchmarks/corpus.py --work W --table table.md
+    python benchmarks/corpus.py --work "H200=W1,2-core VM=W2" --table docs/results/corpus.md    # one table
 """
 
 from __future__ import annotations
@@ -255,10 +256,14 @@ def fmt(v, unit="") -> str:
     return f"{v:+.1f} pt" if unit == "points" else f"{v:,.0f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
-def table(work: Path) -> str:
-    lines = ["| shape | command | lotus | truth | error | probes | seconds | note |",
-             "|---|---|---|---|---|---|---|---|"]
-    for f in sorted((work / "results").glob("*.json")):
+def table(work: Path, hosts: dict[str, Path] | None = None) -> str:
+    """The markdown table of ``work``'s results; ``hosts``: several work folders by host, one table with a
+    host column."""
+    sets = hosts or {"": work}
+    host_col = bool(hosts)
+    lines = [("| host " if host_col else "") + "| shape | command | lotus | truth | error | probes | seconds | note |",
+             ("|---" if host_col else "") + "|---|---|---|---|---|---|---|---|"]
+    for host, f in [(h, f) for h, w in sets.items() for f in sorted((w / "results").glob("*.json"))]:
         d = json.loads(f.read_text())
         unit = d.get("unit", "")
         err = d.get("error")
@@ -280,7 +285,8 @@ def table(work: Path) -> str:
         lotus_s = f"{d['lotus']:.1f}%" if unit == "points" and d["lotus"] is not None else fmt(d["lotus"])
         truth_s = f"{d['truth']:.1f}%" if unit == "points" and d["truth"] is not None else fmt(d["truth"])
         secs = d.get("seconds")
-        lines.append(f"| {d['shape']} | {d['command']} | {lotus_s} | {truth_s} | {err_s} | {d.get('probes', '-')} | "
+        lines.append((f"| {host} " if host_col else "") +
+                     f"| {d['shape']} | {d['command']} | {lotus_s} | {truth_s} | {err_s} | {d.get('probes', '-')} | "
                      f"{'-' if secs is None else f'{secs:.0f}'} | {'; '.join(note)} |")
     return "\n".join(lines) + "\n"
 
@@ -288,7 +294,8 @@ def table(work: Path) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", choices=sorted(SHAPES), default="local")
-    p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--work", required=True,
+                   help="the work folder; with --table also HOST=DIR,HOST=DIR: one table of several hosts")
     p.add_argument("--data", type=Path, default=None, help="ImageFolder root for the JPEG shapes")
     p.add_argument("--shapes", default=None, help="comma-separated (default: all of --host)")
     p.add_argument("--commands", default=",".join(COMMANDS))
@@ -300,13 +307,14 @@ def main(argv=None) -> int:
     p.add_argument("--table", type=Path, default=None, help="write the markdown table of --work's results here")
     a = p.parse_args(argv)
     if a.table is not None:
-        a.table.write_text(table(a.work))
+        hosts = dict(x.split("=", 1) for x in a.work.split(",")) if "=" in a.work else None
+        a.table.write_text(table(Path(a.work), {h: Path(d) for h, d in hosts.items()} if hosts else None))
         print(a.table.read_text())
         return 0
     shapes = a.shapes.split(",") if a.shapes else list(SHAPES[a.host])
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     Corpus(a).run(shapes, [c for c in a.commands.split(",") if c])
-    print(table(a.work))
+    print(table(Path(a.work)))
     return 0
 
 
