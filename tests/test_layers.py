@@ -225,7 +225,20 @@ def layer_violations(graph, raw) -> list[str]:
                 )
             elif target == ENGINE and any(_private(n) for n in names):
                 problems.append(f"{module} imports {ENGINE} {', '.join(names)}: private to the engine")
+    for module in sorted(graph):  # no package reaches into another's private names
+        for target, names in raw[module]:
+            # (the leaves lotus._env, lotus._names, lotus._warn are modules every layer may import)
+            if target.startswith("lotus.") and _package(target) != _package(module) \
+                    and any(_private(n) for n in names):
+                problems.append(f"{module} imports {target} {', '.join(n for n in names if _private(n))}: "
+                                f"private to {_package(target)}")
     return problems
+
+
+def _package(module: str) -> str:
+    """lotus.X of a module (lotus itself for its top-level modules)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
 
 
 def test_no_import_cycle():

@@ -15,7 +15,7 @@ PROBE = (
     "from torch.utils.data import DataLoader\n"
     "import lotus.dataloader\n"
     "ok = DataLoader is d.DataLoader is dl.DataLoader is lotus.dataloader.DataLoader\n"
-    "print('patched' if ok else 'torch', isinstance(DataLoader([1]), lotus.dataloader.loader._TorchDataLoader))\n"
+    "print('patched' if ok else 'torch', isinstance(DataLoader([1]), lotus.dataloader.loader.TorchDataLoader))\n"
 )
 
 

@@ -36,18 +36,18 @@ from lotus.dataloader.recorder import Recorder, make_itt
 from lotus.trace import schema as S
 from lotus.trace.writer import main_writer
 
-_TorchDataLoader = torch.utils.data.DataLoader
-_INIT_SIGNATURE = inspect.signature(_TorchDataLoader.__init__)
+TorchDataLoader = torch.utils.data.DataLoader
+_INIT_SIGNATURE = inspect.signature(TorchDataLoader.__init__)
 T_co = TypeVar("T_co", covariant=True)
 
 
-def _describe(loader: _TorchDataLoader, name: str | None) -> dict:
+def _describe(loader: TorchDataLoader, name: str | None) -> dict:
     ds = loader.dataset
     try:
         length = len(ds)  # type: ignore[arg-type]
     except Exception:
         length = None
-    ctx = _TorchDataLoader.multiprocessing_context.fget(loader)
+    ctx = TorchDataLoader.multiprocessing_context.fget(loader)
     return {
         "name": name,
         "dataset": type(ds).__qualname__,
@@ -87,7 +87,7 @@ def _cpus_available() -> int | None:
 class LoaderTrace:
     """Main-process tracing state of one DataLoader: its id, current epoch, and the process writer."""
 
-    def __init__(self, loader: _TorchDataLoader, trace_dir: str, itt: bool, name: str | None,
+    def __init__(self, loader: TorchDataLoader, trace_dir: str, itt: bool, name: str | None,
                  telemetry: bool = False, budget: float | None = None):
         self.budget = budget  # detail budget, fraction of the work (None: full detail; lotus.dataloader.budget)
         self.rank, self.world_size = distributed_rank()
@@ -160,7 +160,7 @@ class LoaderTrace:
         self._rec.on = self.on
         return self._rec
 
-    def worker_config(self, loader: _TorchDataLoader) -> WorkerTraceConfig:
+    def worker_config(self, loader: TorchDataLoader) -> WorkerTraceConfig:
         from lotus.dataloader import _torch_compat as compat
 
         return WorkerTraceConfig(
@@ -216,7 +216,7 @@ class LoaderTrace:
             self._probe.close()
 
 
-class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[int] in annotations
+class DataLoader(TorchDataLoader[T_co]):  # generic like torch's: DataLoader[int] in annotations
     """torch.utils.data.DataLoader, plus lotus tracing.
 
     Lotus-only keywords (everything else is torch's, passed through unchanged):
@@ -303,7 +303,7 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
     # wrapper of it only while it creates worker processes (see _get_iterator).
     @property
     def multiprocessing_context(self):
-        ctx = _TorchDataLoader.multiprocessing_context.fget(self)
+        ctx = TorchDataLoader.multiprocessing_context.fget(self)
         if self._lotus_wrapping:
             import multiprocessing
 
@@ -316,7 +316,7 @@ class DataLoader(_TorchDataLoader[T_co]):  # generic like torch's: DataLoader[in
 
     @multiprocessing_context.setter
     def multiprocessing_context(self, value) -> None:
-        _TorchDataLoader.multiprocessing_context.fset(self, value)
+        TorchDataLoader.multiprocessing_context.fset(self, value)
 
     def __iter__(self):
         lt = self._lotus
@@ -383,13 +383,13 @@ def _take_auto(args: tuple, kwargs: dict, count) -> tuple[tuple, dict, bool]:
 def _num_workers_of(args: tuple, kwargs: dict) -> int:
     if "num_workers" in kwargs:
         return int(kwargs["num_workers"])
-    params = list(inspect.signature(_TorchDataLoader.__init__).parameters)[1:]
+    params = list(inspect.signature(TorchDataLoader.__init__).parameters)[1:]
     i = params.index("num_workers") if "num_workers" in params else -1
     return int(args[i]) if 0 <= i < len(args) else 0
 
 
 def _signature() -> inspect.Signature:
-    base = inspect.signature(_TorchDataLoader.__init__)
+    base = inspect.signature(TorchDataLoader.__init__)
     params = list(base.parameters.values())
     extra = [
         inspect.Parameter("trace_dir", inspect.Parameter.KEYWORD_ONLY, default=None),

@@ -24,11 +24,11 @@ def patch_torch() -> bool:
     import torch.utils.data
     import torch.utils.data.dataloader as dl
 
-    from lotus.dataloader.loader import DataLoader, _TorchDataLoader
+    from lotus.dataloader.loader import DataLoader, TorchDataLoader
 
     if torch.utils.data.DataLoader is DataLoader:
         return True
-    if torch.utils.data.DataLoader is not _TorchDataLoader:  # someone else patched it: leave it alone
+    if torch.utils.data.DataLoader is not TorchDataLoader:  # someone else patched it: leave it alone
         _log.warning("torch.utils.data.DataLoader was already replaced by %r; lotus leaves it",
                      torch.utils.data.DataLoader)
         return False
@@ -44,10 +44,10 @@ def unpatch_torch() -> None:
     import torch.utils.data
     import torch.utils.data.dataloader as dl
 
-    from lotus.dataloader.loader import _TorchDataLoader
+    from lotus.dataloader.loader import TorchDataLoader
 
-    torch.utils.data.DataLoader = _TorchDataLoader
-    dl.DataLoader = _TorchDataLoader
+    torch.utils.data.DataLoader = TorchDataLoader
+    dl.DataLoader = TorchDataLoader
 
 
 def _safe_patch() -> None:

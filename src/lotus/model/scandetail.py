@@ -226,9 +226,9 @@ class _Pass:
         self.counts[k][lo: lo + len(part)] += np.bincount(r - lo, minlength=len(part))
 
     def detail(self, names: list[str], cats: list[str]) -> Detail:
-        from lotus.trace.events import _unique_labels
+        from lotus.trace.events import unique_labels
 
-        labels = _unique_labels(names)
+        labels = unique_labels(names)
 
         def summed(k):
             if k not in self.first:  # no event of that kind: None, as the DataFrame path
@@ -255,9 +255,9 @@ def detail_of_scan(engine, keys: np.ndarray, loader: int) -> Detail:
     """:class:`Detail` of the events of loader ``loader`` of the scanned run of ``engine`` (an
     :class:`lotus.query.opengine.OpEngine`) for the batches of ``keys`` (:func:`batch_keys`)."""
     from lotus.trace.chunks import record_chunks
-    from lotus.trace.events import _Acc
+    from lotus.trace.events import Accumulator
 
-    acc = _Acc()
+    acc = Accumulator()
     p = _Pass(keys, loader)
     base = 0
     spans: dict = {}

@@ -174,9 +174,9 @@ def op_mean_ci95(engine: OpEngine, exclude_keys=None) -> dict[int, list[float] |
 def window_scan(engine: OpEngine, t0: int, t1: int, *, name=None, path=None):
     """Every event (per-sample ones too) overlapping ``[t0, t1)`` wall-clock ns, read again in chunks:
     memory follows the window, not the run (:mod:`lotus.analysis.window`)."""
-    from lotus.trace.events import _Acc
+    from lotus.trace.events import Accumulator
 
-    acc = _Acc()
+    acc = Accumulator()
     spans: dict = {}
     for p in engine.paths:
         for arr, code, fs in record_chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code,
@@ -201,9 +201,9 @@ def export_events(engine: OpEngine, out: Path, meta: bytes) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lotus.trace.events import EVENT_COLUMNS, _Acc
+    from lotus.trace.events import EVENT_COLUMNS, Accumulator
 
-    acc = _Acc()
+    acc = Accumulator()
     ints = {"start_ns": pa.int64(), "dur_ns": pa.int64(), "pid": pa.int32(), "worker_id": pa.int32(),
             "rank": pa.int32(), "loader": pa.int32(), "epoch": pa.int32(), "batch_id": pa.int64(),
             "sample": pa.int64(), "arg": pa.int64()}
@@ -239,12 +239,12 @@ def _frame(acc, run: Run):
     """The events DataFrame of the kept rows (the columns and categories of ``load_events``)."""
     import pandas as pd
 
-    from lotus.trace.events import EVENT_COLUMNS, _unique_labels
+    from lotus.trace.events import EVENT_COLUMNS, unique_labels
 
     code = acc.column("code")
     cat_names = sorted(set(acc.cats))
     cat_of_code = np.array([cat_names.index(c) for c in acc.cats], np.int8)
-    columns = {"name": pd.Categorical.from_codes(code, categories=_unique_labels(acc.names)),
+    columns = {"name": pd.Categorical.from_codes(code, categories=unique_labels(acc.names)),
                "cat": pd.Categorical.from_codes(cat_of_code[code], categories=cat_names)}
     for c in EVENT_COLUMNS[2:]:
         arr = acc.column(c)

@@ -46,7 +46,7 @@ class ScanContext:
 class ScanPart:
     """What one :func:`scan_files` kept (module doc); ``acc`` in the part's own codes."""
 
-    acc: object  # lotus.trace.events._Acc: names, kept rows (parts), file entries
+    acc: object  # lotus.trace.events.Accumulator: names, kept rows (parts), file entries
     slot_codes: list[int]
     moments: object  # lotus.query.moments._Moments
     chunks: list = field(default_factory=list)  # per chunk with ops: (n, sum, sum of squares) by slot
@@ -94,9 +94,9 @@ def scan_files(paths: list[Path], ctx: ScanContext) -> ScanPart:
     from lotus.query.census import Census
     from lotus.query.moments import _epoch_sums, _Moments, _rank_sums
     from lotus.trace.chunks import record_chunks
-    from lotus.trace.events import _Acc
+    from lotus.trace.events import Accumulator
 
-    acc = _Acc()
+    acc = Accumulator()
     codes = _Codes(acc, ctx.where)
     part = ScanPart(acc, codes.slot_codes, _Moments(), census=Census() if ctx.census else None,
                     batch_parts=BatchParts(ctx.where, ctx.columns) if ctx.fold else None)

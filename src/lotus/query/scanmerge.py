@@ -27,14 +27,14 @@ def merge_parts(parts: Iterable[ScanPart]) -> ScanPart:
     """One :class:`ScanPart` from ``parts`` in file order (module doc); a single part is returned as it is.
     The parts of several must have recorded their chunks (:class:`ScanContext` ``replay``)."""
     from lotus.query.moments import _Moments
-    from lotus.trace.events import _Acc
+    from lotus.trace.events import Accumulator
 
     it = iter(parts)
     first = next(it)
     second = next(it, None)
     if second is None:
         return first
-    out = ScanPart(_Acc(), [], _Moments())
+    out = ScanPart(Accumulator(), [], _Moments())
     if first.census is not None:
         from lotus.query.census import Census
 

@@ -55,7 +55,7 @@ _DTYPES = {"code": np.int32, "start_ns": np.int64, "dur_ns": np.int64, "pid": np
 
 
 @dataclass
-class _Acc:
+class Accumulator:
     """Column parts accumulated over files, plus the run's name table.
 
     Memory is bounded: a part is either an array or a scalar (a value constant over a file or chunk,
@@ -151,7 +151,7 @@ def loader_offsets(paths: list[Path]) -> dict[Path, int]:
 LOADER_STRIDE = 1000  # loader ids of the k-th process of a rank: k * 1000 + its own id
 
 
-def _native_file(acc: _Acc, path: Path, offsets: dict[str, int], loader_offset: int = 0,
+def _native_file(acc: Accumulator, path: Path, offsets: dict[str, int], loader_offset: int = 0,
                  spans: dict | None = None) -> None:
     n_events = 0
     n_legacy = 0
@@ -213,7 +213,7 @@ def loader_descriptions(defines: dict, loader_offset: int, path) -> dict[int, di
     return loaders
 
 
-def _original_file(acc: _Acc, path: Path, worker_ids: dict[int, int]) -> None:
+def _original_file(acc: Accumulator, path: Path, worker_ids: dict[int, int]) -> None:
     log = read_original_log(path)
     n = len(log.code)
     lut = np.array([acc.code(nm, c) for nm, c in zip(log.names, log.cats, strict=True)] or [0], np.int32)
@@ -233,7 +233,7 @@ def _original_file(acc: _Acc, path: Path, worker_ids: dict[int, int]) -> None:
                       "rank": 0, "worker_id": worker_id, "events": n, "clean_close": None})
 
 
-def _warn_missing_ranks(files: list[dict], where) -> None:
+def warn_missing_ranks(files: list[dict], where) -> None:
     """A distributed run whose directory lacks some ranks' files: say which; the others are analysed."""
     world = max((int(f.get("world_size") or 1) for f in files), default=1)
     if world <= 1:
@@ -265,7 +265,7 @@ def events_of_run(run: Run, *, sort: bool = False):
     """The events DataFrame of one :class:`~lotus.trace.discover.Run`."""
     import pandas as pd
 
-    acc = _Acc()
+    acc = Accumulator()
     good_native, offsets, per_process = readable_native(run)
     spans: dict = {}
     for p in good_native:
@@ -280,7 +280,7 @@ def events_of_run(run: Run, *, sort: bool = False):
         raise InputError("no readable trace file", run.path)
     if not any(f["role"] == "main" for f in acc.files):
         _log.warning("%s: no main-process file: waits and consumption unknown (worker files only)", run.path)
-    _warn_missing_ranks(acc.files, run.path)
+    warn_missing_ranks(acc.files, run.path)
     if not any(f["role"] == "worker" for f in acc.files) and not acc.has_code(S.EV_FETCH):
         _log.warning("%s: no worker file and no in-process preprocessing: preprocessing unknown", run.path)
 
@@ -300,7 +300,7 @@ def events_of_run(run: Run, *, sort: bool = False):
     code = cat("code")
     cat_names = sorted(set(acc.cats))
     cat_of_code = np.array([cat_names.index(c) for c in acc.cats], np.int8)
-    name = pd.Categorical.from_codes(code, categories=_unique_labels(acc.names))
+    name = pd.Categorical.from_codes(code, categories=unique_labels(acc.names))
     category = pd.Categorical.from_codes(cat_of_code[code], categories=cat_names)
     del code
     columns = {"name": name, "cat": category}
@@ -313,7 +313,7 @@ def events_of_run(run: Run, *, sort: bool = False):
     return df
 
 
-def _unique_labels(names: list[str]) -> list[str]:
+def unique_labels(names: list[str]) -> list[str]:
     # The same name may exist under two categories (an op called like an unknown event): keep labels unique.
     from lotus._names import dedupe
 
