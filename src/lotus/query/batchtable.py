@@ -253,6 +253,18 @@ class BatchTable:
         """The batches DataFrame of these rows: :func:`lotus.query.batches.batches_from_joined` on the
         columns, plus ``n_samples`` of batches without a collate from their per-sample events (another
         scan of the files, only when there are such batches)."""
+        if not self.any_keys:
+            return self._joined_frame()
+        out = self._joined_frame()
+        engine = self.attrs.get("op_engine")
+        if engine is not None:
+            from lotus.query.rescan import fill_sample_counts
+
+            fill_sample_counts(engine, out)
+        return out
+
+    def _joined_frame(self, any_flagged: bool | None = None):
+        """:meth:`frame` without the ``n_samples`` of batches without a collate."""
         import pandas as pd
 
         from lotus.query.batches import batches_from_joined, empty_batches
@@ -267,13 +279,52 @@ class BatchTable:
             cols[c] = pd.arrays.IntegerArray(v, ~ok)
         joined = pd.DataFrame(cols, copy=False)
         del cols
-        out = batches_from_joined(joined, self.attrs, only_batches=False, warn_clocks=False)
-        engine = self.attrs.get("op_engine")
-        if engine is not None:
-            from lotus.query.rescan import fill_sample_counts
+        return batches_from_joined(joined, self.attrs, only_batches=False, warn_clocks=False, any_flagged=any_flagged)
 
-            fill_sample_counts(engine, out)
-        return out
+    def frames(self, rows: int | None = None):
+        """The batches DataFrame (:meth:`frame`) in pieces of ``rows`` (:data:`ROWS`) rows, in order: each
+        piece holds the same columns, dtypes, values and ``attrs`` as those rows of :meth:`frame` (its index
+        from 0), so that a consumer (``lotus export``) holds one piece at a time, never the whole frame.
+        What depends on every row is computed first, a view at a time: whether any fetch is flagged a
+        detail batch, and the per-sample counts of batches without a collate (one more scan, only when
+        there are such batches)."""
+        if self.partial or not self.any_keys or not len(self):
+            yield self._joined_frame()
+            return
+        step = ROWS if rows is None else rows
+        any_flagged = False
+        n_missing = []
+        for v in self.views():
+            f = v.raw.get("_fetch_flags")
+            if f is not None and not any_flagged:
+                miss = _I64_MIN if f.dtype == np.int64 else _I32_MIN
+                any_flagged = bool(((f != miss) & (f > 0) & ((f & S.FETCH_DETAIL) != 0)).any())
+            n_missing.append(np.flatnonzero(v.n_samples_missing()) + v.offset - self.offset)
+        missing = np.concatenate(n_missing)
+        del n_missing
+        engine = self.attrs.get("op_engine")
+        counts = None
+        if engine is not None and len(missing):
+            from lotus.query.rescan import fill_sample_counts, sample_counts
+
+            counts = sample_counts(engine, self.key_frame(missing))
+        del missing
+        for lo in range(0, len(self), step):
+            out = self.view(lo, min(len(self), lo + step))._joined_frame(any_flagged)
+            if counts is not None:
+                fill_sample_counts(engine, out, counts)
+            self.release()
+            yield out
+
+    def n_samples_missing(self) -> np.ndarray:
+        """Rows whose ``n_samples`` the columns do not give (no collate with a count, nor per-sample
+        counts): what :func:`lotus.query.batches.batches_from_joined` leaves missing."""
+        n = np.zeros(len(self), bool)
+        for c in ("_collate_n", "_n_sample", "_n_load"):
+            if c in self.raw:
+                v, ok = _raw(self.raw[c])
+                n |= ok & (v > 0) if c != "_n_load" else ok
+        return ~n
 
 
 __all__ = ["BatchTable", "detail_counts_share"]

@@ -68,14 +68,16 @@ def batches_of_scan(events):
     return out
 
 
-def fill_sample_counts(engine: OpEngine, out) -> None:
-    """``n_samples`` of the batches without a collate, from their per-sample events (another scan)."""
+def fill_sample_counts(engine: OpEngine, out, counts: dict | None = None) -> None:
+    """``n_samples`` of the batches without a collate, from their per-sample events (another scan; or
+    ``counts``, :func:`sample_counts` of keys that include them, counted once for several frames)."""
     from lotus.query.batches import KEY
 
     missing = out["n_samples"].isna().to_numpy()
     if not missing.any():
         return
-    counts = sample_counts(engine, out.loc[missing, KEY])
+    if counts is None:
+        counts = sample_counts(engine, out.loc[missing, KEY])
     idx = out.loc[missing].set_index(KEY).index
     n = None
     for what in ("sample", "load"):
