@@ -249,10 +249,20 @@ class BatchTable:
 
         return pd.DataFrame({c: self.values(c, rows)[0] for c in _KEY})
 
-    def frame(self):
+    def frame(self, columns: list[str] | None = None):
         """The batches DataFrame of these rows: :func:`lotus.query.batches.batches_from_joined` on the
         columns, plus ``n_samples`` of batches without a collate from their per-sample events (another
-        scan of the files, only when there are such batches)."""
+        scan of the files, only when there are such batches); ``columns``: only those (in that order), the
+        same values. A table of more than :data:`ROWS` rows (or ``columns``) is made from its
+        :meth:`frames`, each piece copied into the columns of the whole frame allocated first: the peak is
+        the frame and one piece, not the frame and the temporaries of making it."""
+        if not self.partial and self.any_keys and len(self) and (len(self) > ROWS or columns is not None):
+            return _assemble(self.frames(), len(self), columns)
+        out = self._whole_frame()
+        return out if columns is None else out[list(columns)]
+
+    def _whole_frame(self):
+        """:meth:`frame` made in one go."""
         if not self.any_keys:
             return self._joined_frame()
         out = self._joined_frame()
@@ -325,6 +335,58 @@ class BatchTable:
                 v, ok = _raw(self.raw[c])
                 n |= ok & (v > 0) if c != "_n_load" else ok
         return ~n
+
+
+def _assemble(pieces, n: int, columns: list[str] | None = None):
+    """One DataFrame of ``n`` rows from DataFrames of the same columns and dtypes (``pieces``, in order),
+    each copied into columns allocated once: nullable integer and boolean columns as their values and
+    masks, categoricals as their codes (the same dtype), numpy columns as they are; ``attrs`` of the
+    first piece (every piece has the same); ``columns``: only those."""
+    import pandas as pd
+
+    dtypes: dict = {}
+    cols: dict = {}
+    pos = 0
+    for piece in pieces:
+        if columns is not None:
+            piece = piece[list(columns)]
+        if not dtypes:
+            dtypes = dict(piece.dtypes)
+            for c in piece.columns:
+                a = piece[c].array
+                if isinstance(piece[c].dtype, pd.CategoricalDtype):
+                    cols[c] = np.empty(n, np.asarray(a.codes).dtype)
+                elif hasattr(a, "_mask"):
+                    cols[c] = (np.empty(n, a._data.dtype), np.empty(n, bool))
+                else:
+                    cols[c] = np.empty(n, piece[c].dtype)
+        m = len(piece)
+        for c, dst in cols.items():
+            a = piece[c].array
+            if isinstance(dst, tuple):
+                dst[0][pos: pos + m] = a._data
+                dst[1][pos: pos + m] = a._mask
+            elif isinstance(piece[c].dtype, pd.CategoricalDtype):
+                dst[pos: pos + m] = np.asarray(a.codes)
+            else:
+                dst[pos: pos + m] = piece[c].to_numpy()
+        pos += m
+        attrs = piece.attrs
+        del piece, a
+    assert dtypes and pos == n, (pos, n)
+    out = {}
+    for c, dst in cols.items():
+        dtype = dtypes[c]
+        if isinstance(dtype, pd.CategoricalDtype):
+            out[c] = pd.Categorical.from_codes(dst, dtype=dtype)
+        elif isinstance(dst, tuple):
+            out[c] = (pd.arrays.BooleanArray if dtype == "boolean" else pd.arrays.IntegerArray)(*dst)
+        else:
+            out[c] = dst
+    del cols
+    df = pd.DataFrame(out, copy=False)
+    df.attrs.update(attrs)
+    return df
 
 
 __all__ = ["BatchTable", "detail_counts_share"]

@@ -1,5 +1,6 @@
-"""Issue 25: ``lotus export`` writes a scanned run's batches a piece at a time (BatchTable.frames): the
-pieces are the whole frame's rows, and the Parquet file is the one the whole frame made."""
+"""Issue 25: a scanned run's batches a piece at a time (BatchTable.frames): ``lotus export`` writes the pieces
+(the Parquet file the whole frame made), the frame is assembled from them, and ``lotus diff`` makes a
+frame of only the columns it reads: the same outputs."""
 
 from __future__ import annotations
 
@@ -95,3 +96,37 @@ def test_export_command_same_files(big_run, tmp_path, monkeypatch):
     (d,) = (tmp_path / "cmd").iterdir()
     for name in ("events.parquet", "batches.parquet"):
         assert (d / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_frame_assembled_from_pieces(big_run, monkeypatch):
+    """A table of more rows than a view makes its frame from its pieces: the frame made in one go."""
+    from lotus.query import batchtable
+
+    table = scanned(big_run, monkeypatch).table
+    c = table.raw["_collate_n"]
+    c[np.arange(3, len(c), 11)] = np.iinfo(c.dtype).min  # some n_samples from the per-sample events
+    whole = table._whole_frame()
+    monkeypatch.setattr(batchtable, "ROWS", 256)
+    got = table.frame()
+    assert len(got) > 4 * 256
+    assert got.attrs == whole.attrs
+    assert list(got.dtypes) == list(whole.dtypes)
+    pd.testing.assert_frame_equal(got, whole, check_exact=True)
+    assert type(got.index) is type(whole.index)
+
+
+def test_diff_of_tables_same(big_run, straggler_run, synth_epochs, monkeypatch):
+    """diff_runs on the tables (a frame of DIFF_COLUMNS; loop spans and outcomes of the tables) gives the
+    dict it gives on the whole frames, exactly; and the frame of some columns is those of the whole."""
+    from lotus.analysis.diff import DIFF_COLUMNS, diff_runs
+    from lotus.query import batchtable
+
+    cfgs = [scanned(r, monkeypatch) for r in (big_run, straggler_run, synth_epochs)]
+    for a in cfgs:
+        for b in cfgs:
+            want = diff_runs(a.events, a.table.frame(), b.events, b.table.frame(), top=5)
+            assert diff_runs(a.events, a.table, b.events, b.table, top=5) == want
+    monkeypatch.setattr(batchtable, "ROWS", 300)
+    t = cfgs[0].table
+    pd.testing.assert_frame_equal(t.frame(DIFF_COLUMNS), t._whole_frame()[DIFF_COLUMNS], check_exact=True)
+
