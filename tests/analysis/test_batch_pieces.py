@@ -106,7 +106,7 @@ def test_frame_assembled_from_pieces(big_run, monkeypatch):
     c = table.raw["_collate_n"]
     c[np.arange(3, len(c), 11)] = np.iinfo(c.dtype).min  # some n_samples from the per-sample events
     whole = table._whole_frame()
-    monkeypatch.setattr(batchtable, "ROWS", 256)
+    monkeypatch.setattr(batchtable, "FRAME_ROWS", 256)
     got = table.frame()
     assert len(got) > 4 * 256
     assert got.attrs == whole.attrs
@@ -126,7 +126,7 @@ def test_diff_of_tables_same(big_run, straggler_run, synth_epochs, monkeypatch):
         for b in cfgs:
             want = diff_runs(a.events, a.table.frame(), b.events, b.table.frame(), top=5)
             assert diff_runs(a.events, a.table, b.events, b.table, top=5) == want
-    monkeypatch.setattr(batchtable, "ROWS", 300)
+    monkeypatch.setattr(batchtable, "FRAME_ROWS", 300)
     t = cfgs[0].table
     pd.testing.assert_frame_equal(t.frame(DIFF_COLUMNS), t._whole_frame()[DIFF_COLUMNS], check_exact=True)
 

@@ -24,7 +24,7 @@ def test_narrow_batches_same_model(kind, rows, tmp_path, monkeypatch):
     whole = [load_run(r) for r in runs]
     want = fit(whole), [observe(r) for r in whole]
     if rows is not None:  # the frame assembled from pieces of a few rows
-        monkeypatch.setattr(batchtable, "ROWS", rows)
+        monkeypatch.setattr(batchtable, "FRAME_ROWS", rows)
     narrow = [load_run(r, columns=MODEL_COLUMNS) for r in runs]
     assert list(narrow[0].batches.columns) == MODEL_COLUMNS
     _same(want, (fit(narrow), [observe(r) for r in narrow]))

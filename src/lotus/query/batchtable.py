@@ -29,6 +29,7 @@ from lotus.trace import schema as S
 _I32_MIN, _I64_MIN = int(np.iinfo(np.int32).min), int(np.iinfo(np.int64).min)
 _KEY = ("rank", "loader", "epoch", "batch_id")
 ROWS = 1 << 19  # rows of a view (views(): the summaries read the table this many rows at a time)
+FRAME_ROWS = 1 << 16  # rows of a piece of frame() (its temporaries are a piece's, not the whole frame's)
 _BATCH_ROW_COLUMNS = ("_fetch_flags", "consumed_ns", "_arrive_flags", "_exhausted_worker", "dispatch_worker",
                       "dispatch_ns")
 
@@ -253,11 +254,11 @@ class BatchTable:
         """The batches DataFrame of these rows: :func:`lotus.query.batches.batches_from_joined` on the
         columns, plus ``n_samples`` of batches without a collate from their per-sample events (another
         scan of the files, only when there are such batches); ``columns``: only those (in that order), the
-        same values. A table of more than :data:`ROWS` rows (or ``columns``) is made from its
-        :meth:`frames`, each piece copied into the columns of the whole frame allocated first: the peak is
+        same values. A table of more than :data:`FRAME_ROWS` rows is made from its :meth:`frames` of
+        that many rows, each piece copied into the columns of the whole frame allocated first: the peak is
         the frame and one piece, not the frame and the temporaries of making it."""
-        if not self.partial and self.any_keys and len(self) and (len(self) > ROWS or columns is not None):
-            return _assemble(self.frames(), len(self), columns)
+        if not self.partial and self.any_keys and len(self) > FRAME_ROWS:
+            return _assemble(self.frames(FRAME_ROWS), len(self), columns)
         out = self._whole_frame()
         return out if columns is None else out[list(columns)]
 
