@@ -1,5 +1,5 @@
 """Issue 25: a scanned run's batches a piece at a time (BatchTable.frames): ``lotus export`` writes the pieces
-(the Parquet file the whole frame made), the frame is assembled from them, and ``lotus diff`` makes a
+(the Parquet contents the whole frame made), the frame is assembled from them, and ``lotus diff`` makes a
 frame of only the columns it reads: the same outputs."""
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def test_pieces_with_batches_without_collate(big_run, monkeypatch):
 
 
 def test_export_file_identical(big_run, tmp_path, monkeypatch):
-    """The file of the pieces is byte-identical to the whole frame's (pieces of a multiple of 1024 rows),
-    and has the same schema, metadata and rows with row groups of fewer rows."""
+    """The file of the pieces is the whole frame's: byte-identical here (no column's dictionary outgrows
+    the writer's limit), and the same schema, metadata and rows with row groups of fewer rows."""
     cfg = scanned(big_run, monkeypatch)
     assert len(cfg.table) > 2 * 1024
     whole = tmp_path / "whole"
