@@ -65,10 +65,12 @@ class Observation:
 
 
 # the batches columns observe() reads (with lotus.model.measures, lotus.analysis.throughput.loader_rates and
-# lotus.analysis.diagnosis.loop_spans): a run loaded only for the fit keeps only these (load_run(columns=))
+# lotus.analysis.diagnosis.loop_spans; put_dur_ns: read by main's measures since): a run loaded only for the fit
+# keeps only these (load_run(columns=)); a column read but missing here is a KeyError in observe
 MODEL_COLUMNS = ["rank", "loader", "epoch", "batch_id", "worker_id", "dispatch_ns", "prep_start_ns", "prep_dur_ns",
-                 "prep_end_ns", "n_samples", "collate_dur_ns", "failed", "arrive_ns", "pin_dur_ns", "wait_start_ns",
-                 "wait_dur_ns", "buffered", "consumed_ns", "step_dur_ns", "queue_ns", "gpu_step_ns", "detail"]
+                 "prep_end_ns", "n_samples", "collate_dur_ns", "put_dur_ns", "failed", "arrive_ns", "pin_dur_ns",
+                 "wait_start_ns", "wait_dur_ns", "buffered", "consumed_ns", "step_dur_ns", "queue_ns", "gpu_step_ns",
+                 "detail"]
 
 
 def _i64(s, fill=-1) -> np.ndarray:
