@@ -1,6 +1,8 @@
 """What got slower or faster between two runs: per op, per batch, and the loop's wait.
 
-``diff_runs(a_events, a_batches, b_events, b_batches)`` compares run B to run A (the baseline):
+``diff_runs(a_events, a_batches, b_events, b_batches)`` compares run B to run A (the baseline; batches:
+DataFrames, or a scanned run's :class:`lotus.query.BatchTable`, of which only the columns the per-batch
+comparison reads are made a DataFrame, :data:`DIFF_COLUMNS`):
 changes are ``B - A`` (positive = slower in B) and ``change_pct = (B - A) / A * 100``. Batches are
 matched on (rank, loader, epoch, batch_id). Failed batches and exhausted fetches are compared by count
 only (``batches.failed``, ``batches.exhausted``), never timed.
@@ -10,11 +12,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from lotus.analysis import compact
 from lotus.analysis.diagnosis import loop_spans
 from lotus.analysis.stats import KEY, describe_ms, op_stats, prepared
 from lotus.query import outcome_summary
 
 _COMPARED = ("mean", "median", "p90", "sum")
+DIFF_COLUMNS = [*KEY, "worker_id", "prep_dur_ns", "wait_dur_ns", "failed"]  # what prepared/batch_changes read
+
+
+def _frame(batches):
+    """The batches DataFrame, or a scanned run's table's :data:`DIFF_COLUMNS` as one."""
+    return batches.frame(DIFF_COLUMNS) if compact.is_table(batches) else batches
 
 
 def _change(a: float | None, b: float | None) -> dict:
@@ -56,6 +65,8 @@ def _wait_share(batches) -> float | None:
 def diff_runs(a_events, a_batches, b_events, b_batches, *, top: int = 10) -> dict:
     """Changes from run A to run B (see the module doc)."""
     ops_a, ops_b = op_stats(a_events), op_stats(b_events)  # either engine (lotus.analysis.runs)
+    tables = a_batches, b_batches  # loop spans and outcomes: of a table itself where there is one
+    a_batches, b_batches = _frame(a_batches), _frame(b_batches)
     ops = {}
     for name in list(dict.fromkeys([*ops_a, *ops_b])):
         ops[name] = _compare(ops_a.get(name) or describe_ms([]), ops_b.get(name) or describe_ms([]))
@@ -77,10 +88,10 @@ def diff_runs(a_events, a_batches, b_events, b_batches, *, top: int = 10) -> dic
              "change_ms": float(r["prep_change_ms"])} for _, r in slowest.iterrows() if r["prep_change_ms"] > 0
         ],
     }
-    oa, ob = outcome_summary(a_batches), outcome_summary(b_batches)
+    oa, ob = outcome_summary(tables[0]), outcome_summary(tables[1])
     for k in ("failed", "exhausted"):
         batches[k] = {"a": oa[k], "b": ob[k]}
-    wa, wb = _wait_share(a_batches), _wait_share(b_batches)
+    wa, wb = _wait_share(tables[0]), _wait_share(tables[1])
     slower = sorted(
         ({"what": name, "change_pct": d["mean"]["change_pct"], "change_ms": d["mean"]["change"]}
          for name, d in [("batch preprocessing", prep), *ops.items()]

@@ -9,6 +9,11 @@ import click
 from lotus.commands.analyze import echo_json, ms, pct
 
 
+def _batches(cfg):
+    """A scanned run's table (diff makes a DataFrame of only the columns it reads), else the batches."""
+    return cfg.table if cfg.table is not None and not cfg.table.partial else cfg.batches
+
+
 @click.command()
 @click.argument("run_a", type=click.Path(path_type=Path))
 @click.argument("run_b", type=click.Path(path_type=Path))
@@ -20,7 +25,7 @@ def diff(run_a: Path, run_b: Path, top: int, as_json: bool) -> None:
     from lotus.analysis.runs import load_config
 
     a, b = load_config(run_a, engine="auto"), load_config(run_b, engine="auto")
-    d = diff_runs(a.events, a.batches, b.events, b.batches, top=top)
+    d = diff_runs(a.events, _batches(a), b.events, _batches(b), top=top)
     if as_json:
         echo_json({"a": str(run_a), "b": str(run_b), **d})
         return

@@ -20,10 +20,12 @@ def export(data_dir: Path, out_dir: Path) -> None:
 
     n = 0
     for cfg in configs_of(data_dir):
+        # a scanned run's batches: its table, written a piece at a time (never the whole DataFrame)
+        batches = cfg.batches if cfg.table is None or cfg.table.partial else cfg.table
         with writing(out_dir):
-            paths = export_parquet(cfg.events, cfg.batches, out_dir / safe_name(cfg.name))
+            paths = export_parquet(cfg.events, batches, out_dir / safe_name(cfg.name))
         n_events = sum(f.get("events", 0) for f in cfg.files) if "op_engine" in cfg.events.attrs else len(cfg.events)
-        click.echo(f"{cfg.name}: {n_events} events, {len(cfg.batches)} batches -> "
+        click.echo(f"{cfg.name}: {n_events} events, {len(batches)} batches -> "
                    + ", ".join(str(p) for p in paths))
         n += 1
     click.echo(f"{n} config(s) exported to {out_dir}")

@@ -31,7 +31,7 @@ import os
 import numpy as np
 
 from lotus.errors import InputError
-from lotus.model.observation import Observation, RunTrace, observe
+from lotus.model.observation import MODEL_COLUMNS, Observation, RunTrace, observe
 from lotus.model.params import Dist, Measured, PipelineModel
 from lotus.model.streams import dist_of
 from lotus.sim import CpuModel
@@ -41,17 +41,22 @@ REREAD_RATIO = 1.25  # first reads this much slower than re-reads: the first rea
 MIN_READS = 50
 
 
-def load_run(path: str | os.PathLike, cache_state: str | None = None) -> RunTrace:
+def load_run(path: str | os.PathLike, cache_state: str | None = None, columns: list[str] | None = None) -> RunTrace:
     """The :class:`RunTrace` of the run at ``path`` (one run directory). A run whose trace files exceed
     the scan threshold is read by the out-of-core engine, as the analyses read it
     (:func:`lotus.analysis.runs.load_config` with ``engine="auto"``, ``$LOTUS_ENGINE``): its events hold no
     per-sample events, which :func:`~lotus.model.observation.observe` then reads from the files in chunks
     (:mod:`lotus.model.scandetail`; the scan keeps no per-op statistics: the fit does not read them);
-    the batches DataFrame is built whole (O(batches))."""
+    the batches DataFrame is built whole (O(batches)); ``columns`` (a run read only to be fitted:
+    :data:`~lotus.model.observation.MODEL_COLUMNS`): a scanned run's DataFrame of only those."""
     from lotus.analysis.runs import load_config
 
     cfg = load_config(path, engine="auto", op_stats=False)
-    return RunTrace(cfg.events, cfg.batches, cfg.loaders, name=cfg.name, cache_state=cache_state)
+    if columns is not None and cfg.table is not None and not cfg.table.partial:
+        batches = cfg.table.frame(columns)
+    else:
+        batches = cfg.batches
+    return RunTrace(cfg.events, batches, cfg.loaders, name=cfg.name, cache_state=cache_state)
 
 
 def as_run(obj) -> RunTrace:
@@ -60,10 +65,10 @@ def as_run(obj) -> RunTrace:
         return obj
     if hasattr(obj, "events") and hasattr(obj, "batches"):
         return RunTrace(obj.events, obj.batches, getattr(obj, "loaders", {}) or {}, name=getattr(obj, "name", "run"))
-    if hasattr(obj, "trace_dir"):
-        return load_run(obj.trace_dir)
+    if hasattr(obj, "trace_dir"):  # read only to be fitted: the columns the fit reads
+        return load_run(obj.trace_dir, columns=MODEL_COLUMNS)
     if isinstance(obj, str | os.PathLike):
-        return load_run(obj)
+        return load_run(obj, columns=MODEL_COLUMNS)
     raise TypeError(f"cannot fit a model on {type(obj).__name__}")
 
 

@@ -65,12 +65,43 @@ class Observation:
     levels: list | None = None  # measures.concurrency_levels: (workers at once, ms a sample, batches)
 
 
+# the batches columns observe() reads (with lotus.model.measures, lotus.analysis.throughput.loader_rates and
+# lotus.analysis.diagnosis.loop_spans; put_dur_ns: read by main's measures since): a run loaded only for the fit
+# keeps only these (load_run(columns=)); a column read but missing here is a KeyError in observe
+MODEL_COLUMNS = ["rank", "loader", "epoch", "batch_id", "worker_id", "dispatch_ns", "prep_start_ns", "prep_dur_ns",
+                 "prep_end_ns", "n_samples", "collate_dur_ns", "put_dur_ns", "failed", "arrive_ns", "pin_dur_ns",
+                 "wait_start_ns", "wait_dur_ns", "buffered", "consumed_ns", "step_dur_ns", "queue_ns", "gpu_step_ns",
+                 "detail"]
+
+
 def _i64(s, fill=-1) -> np.ndarray:
     return s.astype("Int64").fillna(fill).to_numpy(np.int64)
 
 
 def _f64(s) -> np.ndarray:
     return s.astype("Float64").to_numpy(np.float64, na_value=np.nan)
+
+
+def _rows(df, keep: np.ndarray):
+    """``df[keep]``, or ``df`` itself where every row is kept (no copy)."""
+    return df if keep.all() else df[keep]
+
+
+def _sorted(df, cols: list[str]) -> bool:
+    """Whether the rows are in strictly increasing order of ``cols`` (then sort_values, stable or not, keeps
+    them as they are); False where a key repeats or a value is missing."""
+    if len(df) < 2:
+        return True
+    lt = np.zeros(len(df) - 1, bool)  # row i < row i+1, decided by the columns so far
+    eq = np.ones(len(df) - 1, bool)
+    for c in cols:
+        if df[c].isna().any():
+            return False
+        v = df[c].to_numpy()
+        a, b = v[:-1], v[1:]
+        lt |= eq & (a < b)
+        eq &= a == b
+    return bool(lt.all())
 
 
 def main_loader(batches) -> int:
@@ -81,15 +112,19 @@ def main_loader(batches) -> int:
 def observe(run: RunTrace) -> Observation:
     """Per-batch costs of the run's main loader (raw wall times, ns) and what it measured."""
     from lotus.analysis.stats import op_engine
-    from lotus.query import ok_batches
+    from lotus.query import failed_mask
 
-    b = ok_batches(run.batches)
-    b = b[b["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False) | b["consumed_ns"].notna().to_numpy(
-        dtype=bool, na_value=False)]
+    b = _rows(run.batches, ~failed_mask(run.batches))  # ok_batches: each step copies only when it drops rows
+    b = _rows(b, b["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False) | b["consumed_ns"].notna().to_numpy(
+        dtype=bool, na_value=False))
     if b.empty:
         raise InputError(f"{run.name}: no batches in the trace: nothing to fit")
     loader = main_loader(b)
-    b = b[b["loader"].to_numpy() == loader].sort_values(["rank", "epoch", "batch_id"], ignore_index=True)
+    b = _rows(b, b["loader"].to_numpy() == loader)
+    if not _sorted(b, ["rank", "epoch", "batch_id"]):  # a scanned run's batches are in key order already
+        b = b.sort_values(["rank", "epoch", "batch_id"], ignore_index=True)
+    else:
+        b = b.reset_index(drop=True)
     ranks = sorted(int(r) for r in b["rank"].unique())
     desc = dict(run.loaders.get((ranks[0], loader)) or {})
     prep = _f64(b["prep_dur_ns"])
@@ -184,4 +219,4 @@ def observe(run: RunTrace) -> Observation:
         missing=missing, notes=notes, levels=levels)
 
 
-__all__ = ["Observation", "RunTrace", "main_loader", "observe"]
+__all__ = ["MODEL_COLUMNS", "Observation", "RunTrace", "main_loader", "observe"]

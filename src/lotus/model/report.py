@@ -37,6 +37,7 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
     from lotus.model.cache import DEFAULT_FRACTIONS, steady_hit_rates
     from lotus.model.detail import detail_events
     from lotus.model.fitting import fit, load_run
+    from lotus.model.observation import MODEL_COLUMNS
     from lotus.model.tables import (
         GB,
         cache_hits,
@@ -47,8 +48,8 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
         prediction_table,
     )
 
-    run = load_run(data_dir)
-    runs = [run] + ([load_run(cold_dir, cache_state="cold")] if cold_dir is not None else [])
+    run = load_run(data_dir, columns=MODEL_COLUMNS)  # the batches' columns the fit reads (a scanned run)
+    runs = [run] + ([load_run(cold_dir, cache_state="cold", columns=MODEL_COLUMNS)] if cold_dir is not None else [])
     notes: list[str] = []
     dataset = None
     n_samples = _dataset_len(run)

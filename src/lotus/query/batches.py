@@ -154,13 +154,16 @@ def warn_clock_skew(where: str, delays: int, queues: int) -> None:
                      max(delays, queues))
 
 
-def batches_from_joined(df, attrs, *, only_batches: bool = True, warn_clocks: bool = True):
+def batches_from_joined(df, attrs, *, only_batches: bool = True, warn_clocks: bool = True,
+                        any_flagged: bool | None = None):
     """The batches DataFrame from the outer join of the per-event-kind parts on :data:`KEY` (KEY columns,
     then the columns of :data:`_PARTS`, :data:`_SUMS`, ``_collate_n``, ``_n_sample``/``_n_load`` of the
     kinds present, nullable Int64); ``attrs``: the events' attrs. Shared by :func:`batches_from_events`
     and the scan engine's :class:`lotus.query.batchtable.BatchTable` (whose rows are batches already:
     ``only_batches=False``, its counts in ``attrs``; it warns of clocks that disagree itself:
-    ``warn_clocks=False``)."""
+    ``warn_clocks=False``). ``any_flagged``: whether any fetch of the whole run is flagged a detail batch,
+    where ``df`` holds only some of its rows (:meth:`lotus.query.batchtable.BatchTable.frames`); else
+    ``df``'s own rows tell."""
     import pandas as pd
 
     if only_batches:
@@ -207,7 +210,9 @@ def batches_from_joined(df, attrs, *, only_batches: bool = True, warn_clocks: bo
     # events, so a run without any flag counts every batch as detail, as detail_share does)
     has_samples = (col("_n_sample").fillna(0) > 0) | (col("_n_load").fillna(0) > 0)
     flagged = (flags.fillna(0).clip(lower=0) & S.FETCH_DETAIL) != 0
-    out["detail"] = (flagged | has_samples | (not bool(flagged.any()))).astype(bool)
+    if any_flagged is None:
+        any_flagged = bool(flagged.any())
+    out["detail"] = (flagged | has_samples | (not any_flagged)).astype(bool)
     joined_attrs = df.attrs
     df = n = flags = wflags = has_samples = flagged = v = ok = None  # the joined parts: freed before the copies below
     out = out[BATCH_COLUMNS]

@@ -29,6 +29,7 @@ from lotus.trace import schema as S
 _I32_MIN, _I64_MIN = int(np.iinfo(np.int32).min), int(np.iinfo(np.int64).min)
 _KEY = ("rank", "loader", "epoch", "batch_id")
 ROWS = 1 << 19  # rows of a view (views(): the summaries read the table this many rows at a time)
+FRAME_ROWS = 1 << 16  # rows of a piece of frame() (its temporaries are a piece's, not the whole frame's)
 _BATCH_ROW_COLUMNS = ("_fetch_flags", "consumed_ns", "_arrive_flags", "_exhausted_worker", "dispatch_worker",
                       "dispatch_ns")
 
@@ -249,10 +250,32 @@ class BatchTable:
 
         return pd.DataFrame({c: self.values(c, rows)[0] for c in _KEY})
 
-    def frame(self):
+    def frame(self, columns: list[str] | None = None):
         """The batches DataFrame of these rows: :func:`lotus.query.batches.batches_from_joined` on the
         columns, plus ``n_samples`` of batches without a collate from their per-sample events (another
-        scan of the files, only when there are such batches)."""
+        scan of the files, only when there are such batches); ``columns``: only those (in that order), the
+        same values. A table of more than :data:`FRAME_ROWS` rows is made from its :meth:`frames` of
+        that many rows, each piece copied into the columns of the whole frame allocated first: the peak is
+        the frame and one piece, not the frame and the temporaries of making it."""
+        if not self.partial and self.any_keys and len(self) > FRAME_ROWS:
+            return _assemble(self.frames(FRAME_ROWS), len(self), columns)
+        out = self._whole_frame()
+        return out if columns is None else out[list(columns)]
+
+    def _whole_frame(self):
+        """:meth:`frame` made in one go."""
+        if not self.any_keys:
+            return self._joined_frame()
+        out = self._joined_frame()
+        engine = self.attrs.get("op_engine")
+        if engine is not None:
+            from lotus.query.rescan import fill_sample_counts
+
+            fill_sample_counts(engine, out)
+        return out
+
+    def _joined_frame(self, any_flagged: bool | None = None):
+        """:meth:`frame` without the ``n_samples`` of batches without a collate."""
         import pandas as pd
 
         from lotus.query.batches import batches_from_joined, empty_batches
@@ -267,13 +290,104 @@ class BatchTable:
             cols[c] = pd.arrays.IntegerArray(v, ~ok)
         joined = pd.DataFrame(cols, copy=False)
         del cols
-        out = batches_from_joined(joined, self.attrs, only_batches=False, warn_clocks=False)
-        engine = self.attrs.get("op_engine")
-        if engine is not None:
-            from lotus.query.rescan import fill_sample_counts
+        return batches_from_joined(joined, self.attrs, only_batches=False, warn_clocks=False, any_flagged=any_flagged)
 
-            fill_sample_counts(engine, out)
-        return out
+    def frames(self, rows: int | None = None):
+        """The batches DataFrame (:meth:`frame`) in pieces of ``rows`` (:data:`ROWS`) rows, in order: each
+        piece holds the same columns, dtypes, values and ``attrs`` as those rows of :meth:`frame` (its index
+        from 0), so that a consumer (``lotus export``) holds one piece at a time, never the whole frame.
+        What depends on every row is computed first, a view at a time: whether any fetch is flagged a
+        detail batch, and the per-sample counts of batches without a collate (one more scan, only when
+        there are such batches)."""
+        if self.partial or not self.any_keys or not len(self):
+            yield self._joined_frame()
+            return
+        step = ROWS if rows is None else rows
+        any_flagged = False
+        n_missing = []
+        for v in self.views():
+            f = v.raw.get("_fetch_flags")
+            if f is not None and not any_flagged:
+                miss = _I64_MIN if f.dtype == np.int64 else _I32_MIN
+                any_flagged = bool(((f != miss) & (f > 0) & ((f & S.FETCH_DETAIL) != 0)).any())
+            n_missing.append(np.flatnonzero(v.n_samples_missing()) + v.offset - self.offset)
+        missing = np.concatenate(n_missing)
+        del n_missing
+        engine = self.attrs.get("op_engine")
+        counts = None
+        if engine is not None and len(missing):
+            from lotus.query.rescan import fill_sample_counts, sample_counts
+
+            counts = sample_counts(engine, self.key_frame(missing))
+        del missing
+        for lo in range(0, len(self), step):
+            out = self.view(lo, min(len(self), lo + step))._joined_frame(any_flagged)
+            if counts is not None:
+                fill_sample_counts(engine, out, counts)
+            self.release()
+            yield out
+
+    def n_samples_missing(self) -> np.ndarray:
+        """Rows whose ``n_samples`` the columns do not give (no collate with a count, nor per-sample
+        counts): what :func:`lotus.query.batches.batches_from_joined` leaves missing."""
+        n = np.zeros(len(self), bool)
+        for c in ("_collate_n", "_n_sample", "_n_load"):
+            if c in self.raw:
+                v, ok = _raw(self.raw[c])
+                n |= ok & (v > 0) if c != "_n_load" else ok
+        return ~n
+
+
+def _assemble(pieces, n: int, columns: list[str] | None = None):
+    """One DataFrame of ``n`` rows from DataFrames of the same columns and dtypes (``pieces``, in order),
+    each copied into columns allocated once: nullable integer and boolean columns as their values and
+    masks, categoricals as their codes (the same dtype), numpy columns as they are; ``attrs`` of the
+    first piece (every piece has the same); ``columns``: only those."""
+    import pandas as pd
+
+    dtypes: dict = {}
+    cols: dict = {}
+    pos = 0
+    for piece in pieces:
+        if columns is not None:
+            piece = piece[list(columns)]
+        if not dtypes:
+            dtypes = dict(piece.dtypes)
+            for c in piece.columns:
+                a = piece[c].array
+                if isinstance(piece[c].dtype, pd.CategoricalDtype):
+                    cols[c] = np.empty(n, np.asarray(a.codes).dtype)
+                elif hasattr(a, "_mask"):
+                    cols[c] = (np.empty(n, a._data.dtype), np.empty(n, bool))
+                else:
+                    cols[c] = np.empty(n, piece[c].dtype)
+        m = len(piece)
+        for c, dst in cols.items():
+            a = piece[c].array
+            if isinstance(dst, tuple):
+                dst[0][pos: pos + m] = a._data
+                dst[1][pos: pos + m] = a._mask
+            elif isinstance(piece[c].dtype, pd.CategoricalDtype):
+                dst[pos: pos + m] = np.asarray(a.codes)
+            else:
+                dst[pos: pos + m] = piece[c].to_numpy()
+        pos += m
+        attrs = piece.attrs
+        del piece, a
+    assert dtypes and pos == n, (pos, n)
+    out = {}
+    for c, dst in cols.items():
+        dtype = dtypes[c]
+        if isinstance(dtype, pd.CategoricalDtype):
+            out[c] = pd.Categorical.from_codes(dst, dtype=dtype)
+        elif isinstance(dst, tuple):
+            out[c] = (pd.arrays.BooleanArray if dtype == "boolean" else pd.arrays.IntegerArray)(*dst)
+        else:
+            out[c] = dst
+    del cols
+    df = pd.DataFrame(out, copy=False)
+    df.attrs.update(attrs)
+    return df
 
 
 __all__ = ["BatchTable", "detail_counts_share"]

@@ -68,14 +68,16 @@ def batches_of_scan(events):
     return out
 
 
-def fill_sample_counts(engine: OpEngine, out) -> None:
-    """``n_samples`` of the batches without a collate, from their per-sample events (another scan)."""
+def fill_sample_counts(engine: OpEngine, out, counts: dict | None = None) -> None:
+    """``n_samples`` of the batches without a collate, from their per-sample events (another scan; or
+    ``counts``, :func:`sample_counts` of keys that include them, counted once for several frames)."""
     from lotus.query.batches import KEY
 
     missing = out["n_samples"].isna().to_numpy()
     if not missing.any():
         return
-    counts = sample_counts(engine, out.loc[missing, KEY])
+    if counts is None:
+        counts = sample_counts(engine, out.loc[missing, KEY])
     idx = out.loc[missing].set_index(KEY).index
     n = None
     for what in ("sample", "load"):
@@ -212,27 +214,37 @@ def export_events(engine: OpEngine, out: Path, meta: bytes) -> Path:
     try:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
             spans: dict = {}
+            names = cats = pa.array([], pa.string())
             for p in engine.paths:
                 for arr, code, fs in record_chunks(p, engine.offsets, engine.loader_offsets.get(p, 0), acc.code,
                                              spans=spans):
                     code, arg, _ = _legacy_fetch(arr, code)
-                    names = np.array(acc.names, dtype=object)
-                    cats = np.array(acc.cats, dtype=object)
+                    if len(names) != len(acc.names):  # the name table as Arrow strings, taken by code
+                        names = pa.array(acc.names, pa.string())
+                        cats = pa.array(acc.cats, pa.string())
                     n = len(arr)
-                    cols = {"name": names[code], "cat": cats[code], "start_ns": arr["start_ns"] + fs.shift,
+                    at = pa.array(code)
+                    cols = {"name": names.take(at), "cat": cats.take(at), "start_ns": arr["start_ns"] + fs.shift,
                             "dur_ns": arr["dur_ns"], "pid": np.full(n, fs.consts["pid"], np.int32),
-                            "role": np.full(n, ROLES[fs.consts["role"]], dtype=object),
+                            "role": pa.array([ROLES[fs.consts["role"]]], pa.string()).take(np.zeros(n, np.int8)),
                             "worker_id": np.full(n, fs.consts["worker_id"], np.int32),
                             "rank": np.full(n, fs.consts["rank"], np.int32),
                             "loader": arr["loader"].astype(np.int32) + fs.loader_offset, "epoch": arr["epoch"],
                             "batch_id": arr["batch_id"], "sample": arr["sample"], "arg": arg}
-                    w.write_table(pa.table({c: pa.array(cols[c], type=schema.field(c).type) for c in EVENT_COLUMNS},
+                    w.write_table(pa.table({c: _arrow(cols[c], schema.field(c).type) for c in EVENT_COLUMNS},
                                            schema=schema))
         os.replace(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
     return out
+
+
+def _arrow(values, type_):
+    """An Arrow array of ``type_`` (an Arrow array already: as it is)."""
+    import pyarrow as pa
+
+    return values if isinstance(values, pa.Array) else pa.array(values, type=type_)
 
 
 def _frame(acc, run: Run):
