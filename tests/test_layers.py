@@ -1,7 +1,8 @@
 """The import graph of src/lotus: no cycle, and each layer imports only the layers below it.
 
 Every ``import`` in a module counts as an edge, at module level or inside a function (a lazy
-import is still a dependency); only imports under ``if TYPE_CHECKING:`` do not. The graph is
+import is still a dependency), under ``if TYPE_CHECKING:`` too (a type a module needs is a
+dependency: a cycle hidden there is still a cycle). The graph is
 read with ``ast`` from the source files, so nothing is imported to build it.
 
 Run as a script to print the graph's cycles and its depth::
@@ -40,25 +41,12 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 class _Imports(ast.NodeVisitor):
-    """(module imported, names imported from it) for every import outside ``if TYPE_CHECKING``."""
+    """(module imported, names imported from it) for every import of the module."""
 
     def __init__(self, module: str, is_package: bool) -> None:
         self.package = module if is_package else module.rpartition(".")[0]
         self.found: list[tuple[str, tuple[str, ...]]] = []
-
-    def visit_If(self, node: ast.If) -> None:
-        if _is_type_checking(node.test):
-            for child in node.orelse:
-                self.visit(child)
-            return
-        self.generic_visit(node)
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:

@@ -18,25 +18,24 @@ not only means:
 
 ``n_batches`` batches are simulated with a fixed seed (common random numbers across configurations);
 the first ``2 * in flight`` are the ramp and left out of the rate and wait share.
+
+``model`` is a :class:`lotus.model.params.PipelineModel` everywhere here (not imported: the class's
+``predict`` calls this module, which imports nothing of it: no cycle, even for type checkers).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lotus.model.prediction import Prediction
 from lotus.sim import Latencies, run_with_cpus
 
-if TYPE_CHECKING:
-    from lotus.model.params import PipelineModel
-
 FINE_WAIT = 0.05  # a wait share below this is "the loop keeps the pace": the step is the bottleneck
 
 
-def _step_at(model: PipelineModel, bs: int) -> tuple[np.ndarray | None, str | None]:
+def _step_at(model, bs: int) -> tuple[np.ndarray | None, str | None]:
     steps = model.measured.step_ns if model.measured else {}
     if not steps:
         return None, "the loop's step time is unknown (the run has no step, wait or gpu_step events)"
@@ -56,7 +55,7 @@ def _step_at(model: PipelineModel, bs: int) -> tuple[np.ndarray | None, str | No
     return steps[nearest] * (target / steps[nearest].mean()), None
 
 
-def _prep_ns(model: PipelineModel, bs: int, hit: float | None, rng, n: int):
+def _prep_ns(model, bs: int, hit: float | None, rng, n: int):
     """Uncontended preparation time per batch (ns) and the mean per-item parts (for naming the bottleneck)."""
     m = model.measured
     traced_bs = max(int(np.median(m.n)), 1)
@@ -89,7 +88,7 @@ def _prep_ns(model: PipelineModel, bs: int, hit: float | None, rng, n: int):
     return np.maximum(prep, 0), parts, cold_part
 
 
-def predict(model: PipelineModel, num_workers: int, cpus: float | None, *, batch_size: int | None = None,
+def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | None = None,
             cache_hit_rate: float | None = None, prefetch_factor: int | None = None, n_batches: int = 400,
             seed: int = 0) -> Prediction:
     """Samples/s, the loop's wait share and the bottleneck of one configuration (see the module doc)."""

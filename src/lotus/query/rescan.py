@@ -7,13 +7,15 @@
 * :func:`export_events`: every event to Parquet, chunk by chunk (``lotus export``).
 
 Each reads the files again in chunks: memory follows the result, not the run.
+
+``engine`` is the run's :class:`lotus.query.opengine.OpEngine` everywhere here (not imported: the engine calls
+these functions, which import nothing of it: no cycle, even for type checkers).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,11 +25,8 @@ from lotus.trace.chunks import ROLES, record_chunks
 from lotus.trace.chunks import legacy_fetch as _legacy_fetch
 from lotus.trace.discover import FileList, Run
 
-if TYPE_CHECKING:
-    from lotus.query.opengine import OpEngine
 
-
-def sample_counts(engine: OpEngine, keys) -> dict:
+def sample_counts(engine, keys) -> dict:
     """``{"sample": Series, "load": Series}``: per-sample events of the batch keys ``keys`` (a frame with
     rank, loader, epoch, batch_id), counted by one more scan; only batches without a collate need it."""
     import pandas as pd
@@ -68,7 +67,7 @@ def batches_of_scan(events):
     return out
 
 
-def fill_sample_counts(engine: OpEngine, out, counts: dict | None = None) -> None:
+def fill_sample_counts(engine, out, counts: dict | None = None) -> None:
     """``n_samples`` of the batches without a collate, from their per-sample events (another scan; or
     ``counts``, :func:`sample_counts` of keys that include them, counted once for several frames)."""
     from lotus.query.batches import KEY
@@ -89,7 +88,7 @@ def fill_sample_counts(engine: OpEngine, out, counts: dict | None = None) -> Non
     out["n_samples"] = col.astype("Int64")
 
 
-def _exclusion(engine: OpEngine, exclude_keys):
+def _exclusion(engine, exclude_keys):
     """(batch ids, key set) of the excluded batch keys; empty when none."""
     if exclude_keys is None or not len(exclude_keys):
         return np.zeros(0, np.int64), set()
@@ -97,7 +96,7 @@ def _exclusion(engine: OpEngine, exclude_keys):
     return np.unique(ex["batch_id"].to_numpy(np.int64)), set(map(tuple, ex.to_numpy(np.int64).tolist()))
 
 
-def op_chunks(engine: OpEngine, exclude_keys):
+def op_chunks(engine, exclude_keys):
     """Yield ``(arr, slot, keep, fs)`` per chunk: each event's op slot (-1: not an op) and whether it
     counts (an op outside the excluded batch keys)."""
     ids, want = _exclusion(engine, exclude_keys)
@@ -127,7 +126,7 @@ def op_chunks(engine: OpEngine, exclude_keys):
             yield arr, slot, keep, fs
 
 
-def rescan_ops(engine: OpEngine, exclude_keys) -> _Moments:
+def rescan_ops(engine, exclude_keys) -> _Moments:
     """Per-op moments again, without the events of the excluded batch keys."""
     m = _Moments()
     slots = len(engine.slot_codes)
@@ -138,7 +137,7 @@ def rescan_ops(engine: OpEngine, exclude_keys) -> _Moments:
     return m
 
 
-def op_mean_ci95(engine: OpEngine, exclude_keys=None) -> dict[int, list[float] | None]:
+def op_mean_ci95(engine, exclude_keys=None) -> dict[int, list[float] | None]:
     """Per op slot: the 95% interval (ns) of the op's mean per call with the batches as the sampled units
     (ratio estimator, normal approximation), as :func:`lotus.analysis.stats.op_mean_ci95_ms` computes it
     in memory; one more scan, keeping six running sums per op (a batch split by a chunk boundary counts
@@ -173,7 +172,7 @@ def op_mean_ci95(engine: OpEngine, exclude_keys=None) -> dict[int, list[float] |
     return out
 
 
-def window_scan(engine: OpEngine, t0: int, t1: int, *, name=None, path=None):
+def window_scan(engine, t0: int, t1: int, *, name=None, path=None):
     """Every event (per-sample ones too) overlapping ``[t0, t1)`` wall-clock ns, read again in chunks:
     memory follows the window, not the run (:mod:`lotus.analysis.window`)."""
     from lotus.trace.events import Accumulator
@@ -197,7 +196,7 @@ def window_scan(engine: OpEngine, t0: int, t1: int, *, name=None, path=None):
     return _frame(acc, Run(name or "run", Path(path or ".")))
 
 
-def export_events(engine: OpEngine, out: Path, meta: bytes) -> Path:
+def export_events(engine, out: Path, meta: bytes) -> Path:
     """Every event of a scanned run to Parquet, chunk by chunk (the columns of ``load_events``; names,
     categories and roles as strings); ``meta`` goes to the schema metadata key ``lotus``."""
     import pyarrow as pa
