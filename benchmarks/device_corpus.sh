@@ -5,6 +5,7 @@
 #
 #   OUT=res RESUME=docs/results/gpu-h200/issue-24/corpus STEPS="gpu_bound:whatif,stalls nw0:tune" \
 #       benchmarks/device_corpus.sh
+#   RERUN="tokenizer:stalls" (with STEPS holding it too): measure those anew
 set -u
 : "${OUT:?set OUT to the results folder}"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +20,11 @@ pack() {  # after every step: a command killed at its limit still brings back wh
      tar -czf "$OUT/traced.tgz" traced 2>/dev/null)
 }
 [ -n "${RESUME:-}" ] && [ -d "$REPO/$RESUME" ] && cp -r "$REPO/$RESUME"/. "$WORK"/
+# RERUN="shape:cmd,cmd ...": those results are dropped and the shape's truths set aside (*.before-rerun) first
+for step in ${RERUN:-}; do
+    for c in $(echo "${step##*:}" | tr , ' '); do rm -f "$WORK/results/${step%%:*}.$c.json"; done
+    for f in "$WORK/truth/${step%%:*}"-c*.json; do [ -f "$f" ] && mv "$f" "${f%.json}.before-rerun"; done
+done
 data 8192 || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/env.txt" 2>&1
 $PY -c "import torch, torchvision, sys; print(sys.version.split()[0], torch.__version__, torchvision.__version__)" >> "$OUT/env.txt"

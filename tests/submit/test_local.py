@@ -51,7 +51,8 @@ def test_concurrent_apps_are_traced_and_a_failing_one_is_reported(tmp_path):
                     f'broken,"{tiny("--exit", 3)}",0,runs,0,,')
     out = tmp_path / "out"
     t0 = time.monotonic()
-    r = lotus("submit", csv, "--mode", "concurrent", "--out", out, "--probe-steps", 5, "--no-figures", "--json")
+    r = lotus("submit", csv, "--mode", "concurrent", "--out", out, "--probe-steps", 5, "--no-figures", "--json",
+              "--trial-seconds", 0)  # the side-by-side trials: tests/submit/test_trial.py
     took = time.monotonic() - t0
     assert r.exit_code == 1, r.output  # one app failed
     doc = json.loads(r.stdout)

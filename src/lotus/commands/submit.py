@@ -18,12 +18,12 @@ def _bad_input(message: str) -> None:
 def _progress():
     def on_start(spec) -> None:
         cpus = f", CPUs {len(spec.cpus)}" if spec.cpus else ""
-        what = "profiling probe of " if spec.kind == "probe" else ""
+        what = {"probe": "profiling probe of ", "trial": "trial of "}.get(spec.kind, "")
         click.echo(f"lotus submit: start {what}{spec.name}{cpus} -> {spec.trace_dir}", err=True)
 
     def on_end(spec, outcome) -> None:
         wall = "" if outcome.wall_s is None else f" after {outcome.wall_s:.1f} s"
-        what = "profiling probe of " if spec.kind == "probe" else ""
+        what = {"probe": "profiling probe of ", "trial": "trial of "}.get(spec.kind, "")
         rate = ""
         if outcome.samples_per_s is not None:
             ci = f" (95% CI {outcome.ci95[0]:,.1f}-{outcome.ci95[1]:,.1f})" if outcome.ci95 else " (no interval)"
@@ -52,6 +52,10 @@ def _progress():
               help="Most batches of each workers=auto profiling probe (its cap).")
 @click.option("--probe-precision", type=click.FloatRange(0, 1, max_open=True), default=0.03, show_default=True,
               help="A profiling probe ends once its samples/s is known to +-this (95%); 0: run to --probe-steps.")
+@click.option("--trial-seconds", "trial_s", type=click.FloatRange(0), default=60.0, show_default=True,
+              help="Concurrent workers=auto: run the model's disjoint CPU sets and every app sharing every core "
+                   "side by side for this long each, and keep the faster (disjoint only when better with 95% "
+                   "confidence); 0: no trials, the model's sets.")
 @click.option("--cpus", callback=cpus_option, default=None, metavar="LIST",
               help="CPUs the apps may use, e.g. 0-15 (default: all CPUs this process may use).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
@@ -65,8 +69,8 @@ def _progress():
 @click.option("--no-report", is_flag=True, help="Do not write the HTML report.")
 @click.option("--no-figures", is_flag=True, help="Report without figures (faster).")
 @click.option("--json", "as_json", is_flag=True, help="Print the table (or, with --dry-run, the plan) as JSON.")
-def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps, probe_steps, probe_precision, cpus,
-           timeout_s, out_dir, partition, time_min, no_report, no_figures, as_json) -> None:
+def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps, probe_steps, probe_precision, trial_s,
+           cpus, timeout_s, out_dir, partition, time_min, no_report, no_figures, as_json) -> None:
     """Run the apps of APPS_CSV (torchloader's dl_submit.conf.csv columns: arch, depth, batch, workers,
     output_folder, port, submit_interval, cuda_device; or a `command` column), each through `lotus run`
     with its own trace directory, then print a table per app and write one report over all of them.
@@ -85,6 +89,7 @@ def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps
     from lotus.submit.dispatch import submit as run_submit
     from lotus.submit.plan import PlanOptions, build_plan
     from lotus.submit.results import plan_lines, probe_lines, table_lines
+    from lotus.submit.trial import trial_lines
 
     if out_dir is None:
         out_dir = Path("lotus-submit") / f"{apps_csv.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -95,7 +100,7 @@ def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps
             raise AppsError("--generate needs --data DIR (where the images go)")
         opts = PlanOptions(out_dir=out_dir, concurrent=mode == "concurrent", data_dir=data_dir, trainer=trainer,
                            steps=steps, probe_steps=probe_steps, probe_precision=probe_precision or None, cpus=cpus,
-                           timeout_s=timeout_s)
+                           timeout_s=timeout_s, trial_s=trial_s)
         plan = build_plan(apps, opts, known_curves(apps) if dry_run else None)
         if data_dir is not None and not generate and not data_dir.is_dir() and \
                 any(a.command is None for a in apps):
@@ -143,7 +148,7 @@ def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps
 
         echo_json(result.to_dict())
     else:
-        for line in probe_lines(result.probes) + table_lines(result.results):
+        for line in probe_lines(result.probes) + trial_lines(result.trial) + table_lines(result.results):
             click.echo(line)
         if result.report is not None:
             click.echo(f"report: {result.report}")

@@ -29,6 +29,7 @@ class SubmitResult:
     report: Path | None = None
     results_file: Path | None = None
     probes: list[dict] = field(default_factory=list)
+    trial: dict | None = None  # concurrent workers=auto: the side-by-side trials (lotus.submit.trial)
 
     @property
     def failed(self) -> list[AppResult]:
@@ -37,7 +38,7 @@ class SubmitResult:
     def to_dict(self) -> dict:
         return {"plan": self.plan.to_dict(), "apps": [r.to_dict() for r in self.results],
                 "interrupted": self.interrupted, "report": None if self.report is None else str(self.report),
-                "probes": self.probes}
+                "probes": self.probes, "trial": self.trial}
 
 
 def known_curves(apps: list[AppSpec]) -> dict:
@@ -86,6 +87,13 @@ def plan_apps(apps: list[AppSpec], options: PlanOptions, executor=None) -> tuple
     return plan, probes
 
 
+def wants_trial(plan: Plan) -> bool:
+    """Concurrent apps, trials asked for, and at least one auto app sized by the model onto a CPU set."""
+    return bool(plan.concurrent and plan.options.trial_s > 0 and
+                any(p.app.workers_auto and p.app.cpus is None and p.cpus and p.cpus_source == "model"
+                    for p in plan.apps))
+
+
 def submit(apps: list[AppSpec], options: PlanOptions, executor, *, report: bool = True,
            figures: bool = True) -> SubmitResult:
     """Profile (workers=auto), plan, run every app with ``executor``, collect the table and the report.
@@ -94,9 +102,13 @@ def submit(apps: list[AppSpec], options: PlanOptions, executor, *, report: bool 
     what each app gave; no report is written then (the traces are kept: ``lotus report`` them later).
     """
     t0 = time.time()
-    plan, probes, outcomes = None, [], None
+    plan, probes, outcomes, trial = None, [], None, None
     try:
         plan, probes = plan_apps(apps, options, executor)
+        if wants_trial(plan) and getattr(executor, "name", "") == "local":
+            from lotus.submit.trial import run_trials, startup_s
+
+            plan, trial = run_trials(plan, executor, options.trial_s, curves=plan.curves, start_s=startup_s(probes))
         specs = [p.spec() for p in plan.apps]
         for p in plan.apps:
             _log.info("%s: %s", p.name, " ".join(p.command))
@@ -112,7 +124,7 @@ def submit(apps: list[AppSpec], options: PlanOptions, executor, *, report: bool 
         else:
             outcomes = exc.outcomes
     results, configs = collect(plan.apps, outcomes, t0, interrupted, slurm=getattr(executor, "name", "") == "slurm")
-    out = SubmitResult(plan=plan, results=results, interrupted=interrupted, probes=probes)
+    out = SubmitResult(plan=plan, results=results, interrupted=interrupted, probes=probes, trial=trial)
     if report and not interrupted:
         try:
             paths = write_report(configs, options.out_dir, figures=figures)

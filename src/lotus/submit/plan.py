@@ -38,6 +38,7 @@ class PlanOptions:
     probe_max_seconds: float | None = 90.0
     cpus: list[int] | None = None  # the CPU pool (default: this process's affinity)
     timeout_s: float | None = None  # default per app (a row's `timeout_s` wins)
+    trial_s: float = 0.0  # concurrent workers=auto: seconds of each side-by-side trial (lotus.submit.trial); 0: none
 
 
 @dataclass
@@ -86,6 +87,7 @@ class Plan:
     out_dir: Path
     options: PlanOptions
     notes: list[str] = field(default_factory=list)
+    curves: dict = field(default_factory=dict, repr=False)  # the auto apps' throughput curves it was sized from
 
     @property
     def mode(self) -> str:
@@ -140,6 +142,11 @@ def _command(app: AppSpec, opts: PlanOptions, workers: int | None) -> list[str]:
     if workers is not None:
         cmd += ["-j", str(workers)]
     return cmd + list(app.args)
+
+
+def rebuild_command(p: AppPlan, opts: PlanOptions, workers: int | None) -> list[str]:
+    """``p``'s command with ``workers`` per rank (a row with its own ``command`` keeps it)."""
+    return _command(p.app, opts, workers)
 
 
 def _env(app: AppSpec) -> dict[str, str]:
@@ -240,7 +247,8 @@ def build_plan(apps: list[AppSpec], opts: PlanOptions, curves: dict[str, Curve] 
                              env=_env(a), ranks=a.ranks, workers=workers, cpus=cpus, cpus_source=source,
                              delay_s=a.submit_interval_s, start_s=t if opts.concurrent else None,
                              steps=a.steps or opts.steps, timeout_s=a.timeout_s or opts.timeout_s))
-    return Plan(apps=plans, concurrent=opts.concurrent, pool=pool, out_dir=opts.out_dir, options=opts, notes=notes)
+    return Plan(apps=plans, concurrent=opts.concurrent, pool=pool, out_dir=opts.out_dir, options=opts, notes=notes,
+                curves=dict(curves or {}))
 
 
 def probe_specs(plan: Plan, steps: int, have: set[str] | frozenset = frozenset(), *, precision: float | None = None,
