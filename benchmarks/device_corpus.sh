@@ -6,6 +6,7 @@
 #   OUT=res RESUME=docs/results/gpu-h200/issue-24/corpus STEPS="gpu_bound:whatif,stalls nw0:tune" \
 #       benchmarks/device_corpus.sh
 #   RERUN="tokenizer:stalls" (with STEPS holding it too): measure those anew
+#   REDO="nw0:tune": run lotus's side again against the truths already there
 set -u
 : "${OUT:?set OUT to the results folder}"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +25,10 @@ pack() {  # after every step: a command killed at its limit still brings back wh
 for step in ${RERUN:-}; do
     for c in $(echo "${step##*:}" | tr , ' '); do rm -f "$WORK/results/${step%%:*}.$c.json"; done
     for f in "$WORK/truth/${step%%:*}"-c*.json; do [ -f "$f" ] && mv "$f" "${f%.json}.before-rerun"; done
+done
+# REDO="shape:cmd,cmd ...": those results are dropped (lotus runs again), the truths kept
+for step in ${REDO:-}; do
+    for c in $(echo "${step##*:}" | tr , ' '); do rm -f "$WORK/results/${step%%:*}.$c.json"; done
 done
 data 8192 || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/env.txt" 2>&1

@@ -48,17 +48,25 @@ def test_next_workers_rules():
     # a crashed neighbour counts as checked
     nxt, why = next_workers({2: truth(2), 6: truth(6), 5: truth(5)}, {7}, pred, cands, 0.05, 0.02)
     assert nxt is None
+    # the model held at the probe that checked it (prediction before the probe within 5%): no neighbours
+    held = [(truth(6) * 1.03, truth(6))]
+    nxt, why = next_workers({2: truth(2), 6: truth(6)}, set(), pred, cands, 0.05, 0.02, held)
+    assert nxt is None and "the model held" in why and "+3.0%" in why
+    # ... but not when a probe missed by more, nor when the measured best is not where the model puts it
+    missed = [*held, (truth(2) * 1.2, truth(2))]
+    assert next_workers({2: truth(2), 6: truth(6)}, set(), pred, cands, 0.05, 0.02, missed)[1] == "neighbour"
+    assert next_workers({2: truth(6) * 1.1, 6: truth(6)}, set(), pred, cands, 0.05, 0.02, held)[1] == "neighbour"
     # no model: a local climb around the measured best
     assert next_workers({2: 300.0}, set(), {}, cands, 0.05, 0.02)[0] in (1, 3)
 
 
-@pytest.mark.parametrize("fit", [
-    pytest.param(fitter(), id="exact-model"),
-    pytest.param(fitter(shape=optimistic), id="one-run-optimistic-model"),
-    pytest.param(fitter(scale=0.7), id="model-30pct-low"),
-    pytest.param(fitter(scale=1.3, shape=lambda w: 100.0 + 40 * w, learn_after=3), id="wrong-shape-then-learns"),
+@pytest.mark.parametrize("fit, neighbours", [
+    pytest.param(fitter(), False, id="exact-model"),
+    pytest.param(fitter(shape=optimistic), True, id="one-run-optimistic-model"),
+    pytest.param(fitter(scale=0.7), True, id="model-30pct-low"),
+    pytest.param(fitter(scale=1.3, shape=lambda w: 100.0 + 40 * w, learn_after=3), True, id="wrong-shape-then-learns"),
 ])
-def test_converges_to_the_true_optimum_with_few_probes(fit):
+def test_converges_to_the_true_optimum_with_few_probes(fit, neighbours):
     job = FakeJob()
     r = _tune(job, fit)
     assert r.best.num_workers == 6
@@ -66,7 +74,10 @@ def test_converges_to_the_true_optimum_with_few_probes(fit):
     assert r.baseline_samples_per_s == pytest.approx(truth(2)) and r.baseline.num_workers == 2
     assert len(r.probes) <= 6 < 17  # an exhaustive sweep of 0..16 takes 17 probes
     probed = {p.settings["num_workers"] for p in r.probes}
-    assert {5, 6, 7} <= probed  # the best's neighbours were checked
+    if neighbours:  # a model that missed a probe: the best's neighbours are measured
+        assert {5, 6, 7} <= probed
+    else:  # a model that held at the probe that checked it answers for them: 2 probes
+        assert probed == {2, 6} and "the model held" in r.stopped
 
 
 def test_stops_when_prediction_and_probes_agree():
@@ -92,7 +103,8 @@ def test_respects_the_time_budget():
 
 
 def test_respects_the_probe_cap():
-    r = _tune(FakeJob(), options=TuneOptions(only=("num_workers",), max_probes=2, budget_minutes=None))
+    r = _tune(FakeJob(), fitter(scale=0.7),  # a model 30% low: its neighbours need probes
+              options=TuneOptions(only=("num_workers",), max_probes=2, budget_minutes=None))
     assert len(r.probes) == 2 and r.stopped == "budget spent"
 
 

@@ -11,8 +11,10 @@ truth (tests):
 
 :func:`search_workers`: predict every candidate worker count, probe the model's proposal (the smallest
 count within ``near_best`` of the best predicted: free CPUs are worth something), refit on every probe,
-then check the neighbours of the measured best; stop when they were checked and the model has nothing
-better to show (see :func:`next_workers`), or when the budget (time, probes) is spent.
+then check the neighbours of the measured best, unless the model held at every probe that checked it (its
+prediction, made before the probe, within ``tolerance``) and rates them no better; stop when they were checked
+(or answered for) and the model has nothing better to show (see :func:`next_workers`), or when the budget
+(time, probes) is spent.
 """
 
 from __future__ import annotations
@@ -142,12 +144,25 @@ def neighbour_step(w: int) -> int:
     return max(1, w // 8)
 
 
+def model_held(checks: list[tuple[float, float]], tolerance: float) -> tuple[bool, str]:
+    """Whether every probe's prediction, made before the probe (``(predicted, measured)`` pairs), was within
+    ``tolerance`` of what it measured; at least one such check is needed."""
+    errs = [p / m - 1 for p, m in checks if p and m]
+    if not errs:
+        return False, "no probe checked the model yet"
+    return all(abs(e) <= tolerance for e in errs), ", ".join(f"{e:+.1%}" for e in errs)
+
+
 def next_workers(measured: dict[int, float], failed: set[int], predicted: dict[int, float],
-                 candidates: list[int], tolerance: float, near_best: float) -> tuple[int | None, str]:
+                 candidates: list[int], tolerance: float, near_best: float,
+                 checks: list[tuple[float, float]] | None = None) -> tuple[int | None, str]:
     """The worker count to probe next, or None and why the search is over.
 
     1. the model's proposal (the smallest count within ``near_best`` of the best prediction), if not probed;
-    2. the unprobed neighbours of the measured best (the one the model rates higher first);
+    2. the unprobed neighbours of the measured best (the one the model rates higher first), unless the model
+       held at every probe that checked it (``checks``: predictions made before each probe, all within
+       ``tolerance``) and rates no unprobed neighbour above its own prediction at the measured best by more
+       than ``near_best``: then the model answers for them;
     3. an unprobed count the model rates ``tolerance`` above its own prediction at the measured best.
     """
     done = set(measured) | failed
@@ -164,6 +179,11 @@ def next_workers(measured: dict[int, float], failed: set[int], predicted: dict[i
     below = [c for c in candidates if c <= best - h]
     above = [c for c in candidates if c >= best + h]
     near = [w for w in ((max(below),) if below else ()) + ((min(above),) if above else ()) if w not in done]
+    held, errs = model_held(checks or [], tolerance)
+    if near and held and best in predicted and all(
+            w in predicted and predicted[w] <= predicted[best] * (1 + near_best) for w in near):
+        return None, (f"converged: the model held at every probe that checked it ({errs}) and rates the unprobed "
+                      f"neighbours ({', '.join(map(str, sorted(near)))}) no better than the measured best")
     if near:
         return max(near, key=lambda w: (predicted.get(w, 0.0), -w)), "neighbour"
     if predicted and best in predicted:
@@ -220,7 +240,9 @@ def search_workers(s: Session, baseline: Measurement, *, candidates: list[int], 
     stopped = ""
     while True:
         predicted = {w: r for w in candidates if (r := s.rate(w)) is not None}
-        nxt, why = next_workers(measured, failed, predicted, candidates, tolerance, near_best)
+        checks = [(e.predicted_samples_per_s, e.measurement.samples_per_s) for e in s.entries
+                  if e.phase == "num_workers" and e.measurement.ok and e.predicted_samples_per_s]
+        nxt, why = next_workers(measured, failed, predicted, candidates, tolerance, near_best, checks)
         if nxt is None:
             stopped = why
             break
@@ -248,5 +270,5 @@ def search_workers(s: Session, baseline: Measurement, *, candidates: list[int], 
     return WorkersOutcome(best, measured, stopped, s.rate(best))
 
 
-__all__ = ["Budget", "Entry", "Session", "WorkersOutcome", "choose", "neighbour_step", "next_workers",
+__all__ = ["Budget", "Entry", "Session", "WorkersOutcome", "choose", "model_held", "neighbour_step", "next_workers",
            "search_workers", "worker_candidates"]
