@@ -59,17 +59,19 @@ def _workers(desc: dict | None) -> int:
     return w if isinstance(w, int) and w > 0 else 0
 
 
-_RATE_COLUMNS = ("rank", "loader", "epoch", "consumed_ns", "n_samples", "prep_dur_ns", "wait_dur_ns", "failed")
+RATE_COLUMNS = ("rank", "loader", "epoch", "consumed_ns", "n_samples", "prep_dur_ns", "wait_dur_ns", "failed")
 
 
 def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
     """{(rank, loader): (SteadyRate, batches, samples)} of every loader that handed out a batch."""
-    from lotus.query import ok_batches
+    from lotus.query import failed_mask
 
-    b = ok_batches(batches[[c for c in _RATE_COLUMNS if c in batches.columns]])  # a group's columns: cheap slices
-    b = b[b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]
+    b = batches[[c for c in RATE_COLUMNS if c in batches.columns]]  # a group's columns: cheap slices
+    keep = ~failed_mask(b) & b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)  # ok, consumed
     if replayed_only:
-        b = b[b["prep_dur_ns"].isna().to_numpy(dtype=bool, na_value=True)]
+        keep &= b["prep_dur_ns"].isna().to_numpy(dtype=bool, na_value=True)
+    if not keep.all():  # one copy, and none where every row is kept
+        b = b[keep]
     out = {}
     spread = default_run_spread()
     for (rank, loader), g in b.groupby(["rank", "loader"], sort=True):

@@ -232,13 +232,15 @@ def int_or_none(v) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
-def measured_rate(run, loader: int, ranks: int) -> tuple[float | None, tuple[float, float] | None, str | None]:
+def measured_rate(batches, loaders: dict, loader: int, ranks: int
+                  ) -> tuple[float | None, tuple[float, float] | None, str | None]:
     """The one measure (:mod:`lotus.analysis.throughput`) of ``loader`` per rank, its 95% interval and its
-    note (a wide interval, a short window), as ``lotus analyze throughput`` reports them."""
+    note (a wide interval, a short window), as ``lotus analyze throughput`` reports them, from ``batches``
+    (the run's, or any rows that hold every consumed ok batch of ``loader``)."""
     from lotus.analysis.steady import combine
     from lotus.analysis.throughput import loader_rates
 
-    rates = [r for (_rank, lid), (r, _nb, _ns) in loader_rates(run.batches, run.loaders).items() if lid == loader]
+    rates = [r for (_rank, lid), (r, _nb, _ns) in loader_rates(batches, loaders).items() if lid == loader]
     total, ci = combine(rates)
     note = "; ".join(sorted({r.note for r in rates if r.note})) or None
     if total is None:

@@ -115,9 +115,10 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
 
 def _dataset_len(run) -> int | None:
     """Samples in the dataset of the run's main loader, from its description (None: not recorded)."""
+    from lotus.model.batchsource import columns_of
     from lotus.model.observation import main_loader
 
-    b = run.batches
+    b = run.batches if getattr(run, "table", None) is None else columns_of(run, ["loader"])
     if b is None or len(b) == 0:
         return None
     loader = main_loader(b)
