@@ -106,9 +106,25 @@ def observe(run: RunTrace) -> Observation:
         pf = 2
         notes.append(f"{run.name}: prefetch_factor unknown: torch's default 2 assumed")
 
-    # per-batch sums of per-sample events, op durations, dispatches and re-reads, matched on the batch key
     keys = batch_keys(k["rank"], k["epoch"], k["batch_id"])
     del k
+    # the measures that keep no per-batch array first, while the only ones alive are the keys, prep and n
+    from lotus.analysis.throughput import RATE_COLUMNS
+
+    rate, rate_ci, rate_note = measures.measured_rate(src.rate_rows(RATE_COLUMNS), run.loaders, loader, len(ranks))
+    start_lat, free_gap = measures.worker_latencies(
+        src.cols(["rank", "epoch", "worker_id", "dispatch_ns", "prep_start_ns", "prep_end_ns"]), have)
+    arrive_lat = measures.arrive_latency(src.cols(["queue_ns", "pin_dur_ns", "wait_start_ns", "arrive_ns",
+                                                   "put_dur_ns"]))
+    epoch_batches, epoch_gaps, epoch_boots = measures.epoch_restarts(
+        src.cols(["rank", "epoch", "dispatch_ns", "consumed_ns", "prep_start_ns"]))
+    spans = ["rank", "epoch", "worker_id", "prep_start_ns", "prep_end_ns", "prep_dur_ns"]
+    busy = measures.busy_workers(src.cols(spans), have) if nw > 0 else 0.0
+    levels = measures.concurrency_levels(src.cols(spans), have, n) if nw > 1 else None
+    wait_share, steady_wait = measures.wait_shares(src.cols(["rank", "loader", "epoch", "failed", "wait_start_ns",
+                                                             "wait_dur_ns", "consumed_ns"]))
+
+    # per-batch sums of per-sample events, op durations, dispatches and re-reads, matched on the batch key
     ev = run.events
     if op_engine(ev) is None:
         of_loader = ev["loader"].to_numpy() == loader
@@ -136,24 +152,10 @@ def observe(run: RunTrace) -> Observation:
         missing.append("the main process's hand-off time (no wait events)")
     pin = _f64(src.cols(["pin_dur_ns"])["pin_dur_ns"])
     pin = pin[np.isfinite(pin)] if np.isfinite(pin).any() else None
-    start_lat, free_gap = measures.worker_latencies(
-        src.cols(["rank", "epoch", "worker_id", "dispatch_ns", "prep_start_ns", "prep_end_ns"]), have)
-    arrive_lat = measures.arrive_latency(src.cols(["queue_ns", "pin_dur_ns", "wait_start_ns", "arrive_ns",
-                                                   "put_dur_ns"]))
-    epoch_batches, epoch_gaps, epoch_boots = measures.epoch_restarts(
-        src.cols(["rank", "epoch", "dispatch_ns", "consumed_ns", "prep_start_ns"]))
-    spans = ["rank", "epoch", "worker_id", "prep_start_ns", "prep_end_ns", "prep_dur_ns"]
-    busy = measures.busy_workers(src.cols(spans), have) if nw > 0 else 0.0
-    levels = measures.concurrency_levels(src.cols(spans), have, n) if nw > 1 else None
-    wait_share, steady_wait = measures.wait_shares(src.cols(["rank", "loader", "epoch", "failed", "wait_start_ns",
-                                                             "wait_dur_ns", "consumed_ns"]))
     cpus = desc.get("cpus_available")
     cpus = float(cpus) / len(ranks) if isinstance(cpus, int | float) and cpus > 0 else None
     if cpus is not None and len(ranks) > 1:
         notes.append(f"{run.name}: {len(ranks)} ranks: CPUs split evenly among them ({cpus:g} per rank)")
-    from lotus.analysis.throughput import RATE_COLUMNS
-
-    rate, rate_ci, rate_note = measures.measured_rate(src.rate_rows(RATE_COLUMNS), run.loaders, loader, len(ranks))
     summary = RunSummary(
         name=run.name, num_workers=int(nw), cpus=cpus, batch_size=int(bs), prefetch_factor=int(pf or 0),
         ranks=len(ranks), batches=int(have.sum()), cache_state=run.cache_state or "warm",
