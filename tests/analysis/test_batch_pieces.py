@@ -124,8 +124,9 @@ def test_diff_of_tables_same(big_run, straggler_run, synth_epochs, monkeypatch):
     cfgs = [scanned(r, monkeypatch) for r in (big_run, straggler_run, synth_epochs)]
     for a in cfgs:
         for b in cfgs:
-            want = diff_runs(a.events, a.table.frame(), b.events, b.table.frame(), top=5)
-            assert diff_runs(a.events, a.table, b.events, b.table, top=5) == want
+            for top in (0, 1, 5, 10_000):  # the tables: matched on packed keys, no merged frame
+                want = diff_runs(a.events, a.table.frame(), b.events, b.table.frame(), top=top)
+                assert diff_runs(a.events, a.table, b.events, b.table, top=top) == want
     monkeypatch.setattr(batchtable, "FRAME_ROWS", 300)
     t = cfgs[0].table
     pd.testing.assert_frame_equal(t.frame(DIFF_COLUMNS), t._whole_frame()[DIFF_COLUMNS], check_exact=True)
