@@ -62,6 +62,15 @@ def _workers(desc: dict | None) -> int:
 RATE_COLUMNS = ("rank", "loader", "epoch", "consumed_ns", "n_samples", "prep_dur_ns", "wait_dur_ns", "failed")
 
 
+def _groups(b):
+    """``b.groupby(["rank", "loader"], sort=True)``'s groups; one group: ``b`` itself (no copy of it)."""
+    if len(b) and not (b["rank"].isna().any() or b["loader"].isna().any()):
+        r, lo = b["rank"].to_numpy(), b["loader"].to_numpy()
+        if (r == r[0]).all() and (lo == lo[0]).all():
+            return [((r[0], lo[0]), b)]
+    return b.groupby(["rank", "loader"], sort=True)
+
+
 def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
     """{(rank, loader): (SteadyRate, batches, samples)} of every loader that handed out a batch."""
     from lotus.query import failed_mask
@@ -74,7 +83,7 @@ def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = 
         b = b[keep]
     out = {}
     spread = default_run_spread()
-    for (rank, loader), g in b.groupby(["rank", "loader"], sort=True):
+    for (rank, loader), g in _groups(b):
         desc = (loaders or {}).get((int(rank), int(loader))) or {}
         n = g["n_samples"].astype("Float64")
         fallback = _batch_size(loaders, int(rank), int(loader))

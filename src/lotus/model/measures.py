@@ -106,14 +106,24 @@ def concurrency_levels(b, have, n, bins: int = 3, least: int = 30) -> list[tuple
     if ok.sum() < bins * least:
         return None
     s_ok, e_ok = s[ok], e[ok]
+    del s, e
+    fresh = b[["rank", "epoch", "worker_id"]][ok].groupby(["rank", "epoch", "worker_id"], sort=False) \
+        .cumcount().to_numpy() == 0
+    # the temporaries dropped as soon as used (a run of millions of batches): the same values
     t = np.concatenate([s_ok, e_ok])
-    step = np.concatenate([np.ones(len(s_ok)), -np.ones(len(e_ok))])
     order = np.argsort(t, kind="stable")
-    t, level = t[order], np.cumsum(step[order])
-    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(t))])
+    t = t[order]
+    level = np.cumsum(np.where(order < len(s_ok), 1.0, -1.0))  # +1 at a start, -1 at an end, in time order
+    del order
+    area = np.empty(len(t))
+    area[0] = 0.0
+    d = np.diff(t)
+    d *= level[:-1]
+    del level
+    np.cumsum(d, out=area[1:])
+    del d
     conc = (np.interp(e_ok, t, area) - np.interp(s_ok, t, area)) / (e_ok - s_ok)
-    sub = b[ok]
-    fresh = sub.groupby(["rank", "epoch", "worker_id"], sort=False).cumcount().to_numpy() == 0
+    del t, area
     conc, per = conc[~fresh], ((e_ok - s_ok) / n[ok] / 1e6)[~fresh]
     if len(conc) < bins * least:
         return None
