@@ -89,16 +89,20 @@ def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = 
         fallback = _batch_size(loaders, int(rank), int(loader))
         if fallback is not None:
             n = n.fillna(fallback)
-        order = np.argsort(g["consumed_ns"].to_numpy(np.int64), kind="stable")
-        t = g["consumed_ns"].to_numpy(np.int64)[order]
-        nn = n.to_numpy(np.float64, na_value=np.nan)[order]
-        ep = g["epoch"].to_numpy()[order]
+        t = g["consumed_ns"].to_numpy(np.int64)
+        order = None if len(t) < 2 or bool((t[1:] >= t[:-1]).all()) else np.argsort(t, kind="stable")
+        nn = n.to_numpy(np.float64, na_value=np.nan)
+        ep = g["epoch"].to_numpy()
+        if order is not None:  # in hand-off order already (a stable sort would keep them): no permutation
+            t, nn, ep = t[order], nn[order], ep[order]
+        del n
         r = steady_rate(t, nn, ramp=1 if replayed_only else ramp_batches(desc), workers=_workers(desc),
                         segments=ep if replayed_only else None, epochs=ep)
         r = with_run_spread(r, spread, RUN_SPREAD_DOF)
         first = len(t) - r.batches  # one stretch: the window's batches are the last r.batches
         if not replayed_only and r.window_s > 0 and 0 < first < len(t) and "wait_dur_ns" in g.columns:
-            wait = g["wait_dur_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)[order]
+            wait = g["wait_dur_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
+            wait = wait if order is None else wait[order]
             if np.isfinite(wait[first:]).any():
                 r.extra["wait_share"] = float(np.nansum(wait[first:])) / 1e9 / r.window_s
         out[(int(rank), int(loader))] = (r, len(g), float(np.nansum(nn)))
