@@ -73,6 +73,19 @@ def _prepared_keys(table) -> tuple[np.ndarray, np.ndarray] | None:
     return key, b["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
 
 
+def top_candidates(values: np.ndarray, top: int) -> np.ndarray:
+    """Indices (in order) of the rows of ``values`` (no NaN) among which a stable descending sort's first
+    ``top`` rows are, in the same order: every row above the ``top``-th largest value (fewer than ``top``),
+    then the first of those equal to it (the stable sort keeps their order)."""
+    if top <= 0 or not len(values):
+        return np.zeros(0, np.int64)
+    k = len(values) - min(top, len(values))
+    least = np.partition(values, k)[k]
+    above = values > least
+    equal = np.flatnonzero(values == least)[: max(top - int(above.sum()), 0)]
+    return np.union1d(np.flatnonzero(above), equal)
+
+
 def _table_changes(a_table, b_table, top: int) -> tuple[np.ndarray, dict, dict] | None:
     """What :func:`diff_runs` reads of :func:`batch_changes` and of the prepared batches, for two scanned
     runs' tables, without the merged DataFrame: (A's prep ns, B's prep ns, the ``batches`` counts and
@@ -99,9 +112,7 @@ def _table_changes(a_table, b_table, top: int) -> tuple[np.ndarray, dict, dict] 
     c_ok = ch[ok]
     slowest = []
     if top > 0 and len(c_ok):
-        at = np.flatnonzero(ok)
-        least = np.partition(c_ok, len(c_ok) - min(top, len(c_ok)))[len(c_ok) - min(top, len(c_ok))]
-        cand = at[c_ok >= least]  # every row of the top ones, ties included, in the merge's order
+        cand = np.flatnonzero(ok)[top_candidates(c_ok, top)]
         keys = ka[ia[cand]]
         cols = {}
         for i, (c, bits) in enumerate(zip(KEY, _BITS, strict=True)):  # unpacked: rank in the highest bits
