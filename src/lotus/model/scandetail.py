@@ -104,12 +104,18 @@ class FirstReads:
 
     def result(self, nb: int) -> tuple[np.ndarray, tuple[float, float, int, int] | None]:
         """(first reads per batch row, (mean first read, mean re-read (ns), their counts) or None)."""
-        seen = np.arange(len(self.start)) if self.ids is not None else np.flatnonzero(self.start != _NONE)
-        first = np.bincount(self.row[seen], minlength=nb).astype(np.float64)
-        n_first, n_re = len(seen), self.count - len(seen)
+        # the slots of ids never loaded hold row 0 and duration 0: counted in row 0 then taken out, summed as 0
+        # (no index array of the loaded ids: the dataset's size, 8 bytes an id, at the peak of the fit)
+        unseen = 0 if self.ids is not None else int((self.start == _NONE).sum())
+        first = np.bincount(self.row, minlength=nb)
+        if unseen:
+            first[0] -= unseen
+        first = first.astype(np.float64)
+        n_first = len(self.start) - unseen
+        n_re = self.count - n_first
         if self.count == 0 or n_re == 0:
             return first, None
-        first_sum = int(self.dur[seen].sum())
+        first_sum = int(self.dur.sum())
         return first, (float(np.float64(first_sum) / n_first), float(np.float64(self.total - first_sum) / n_re),
                        n_first, n_re)
 
@@ -245,6 +251,11 @@ class _Pass:
                 return None, None
             return self.sums.get(k, np.zeros(self.nb)), self.counts.get(k, np.zeros(self.nb, np.int32))
 
+        if S.EV_LOAD in self.first:  # first: the first reads' arrays (the dataset's size) dropped before the rest
+            first_reads, reread = self.reads.result(self.nb)
+        else:
+            first_reads, reread = np.zeros(self.nb), None
+        self.reads = FirstReads()
         s_sum, s_cnt = summed(S.EV_SAMPLE)
         l_sum, l_cnt = summed(S.EV_LOAD)
         t_sum, _ = summed(S.EV_TRANSFORM)
@@ -254,10 +265,7 @@ class _Pass:
         op_ns = {n: self.streams[found[n][1]] if found[n][1] in self.streams else Floats()
                  for n in order if n not in NOT_OPS}
         dispatch = np.concatenate(self.dispatch) if self.dispatch else np.zeros(0)
-        if S.EV_LOAD in self.first:
-            first_reads, reread = self.reads.result(self.nb)
-        else:
-            first_reads, reread = np.zeros(self.nb), None
+        self.dispatch = []
         return Detail(s_sum, s_cnt, l_sum, l_cnt, t_sum, op_ns, dispatch, first_reads, reread)
 
 
