@@ -124,9 +124,24 @@ def test_diff_of_tables_same(big_run, straggler_run, synth_epochs, monkeypatch):
     cfgs = [scanned(r, monkeypatch) for r in (big_run, straggler_run, synth_epochs)]
     for a in cfgs:
         for b in cfgs:
-            want = diff_runs(a.events, a.table.frame(), b.events, b.table.frame(), top=5)
-            assert diff_runs(a.events, a.table, b.events, b.table, top=5) == want
+            for top in (0, 1, 5, 10_000):  # the tables: matched on packed keys, no merged frame
+                want = diff_runs(a.events, a.table.frame(), b.events, b.table.frame(), top=top)
+                assert diff_runs(a.events, a.table, b.events, b.table, top=top) == want
     monkeypatch.setattr(batchtable, "FRAME_ROWS", 300)
     t = cfgs[0].table
     pd.testing.assert_frame_equal(t.frame(DIFF_COLUMNS), t._whole_frame()[DIFF_COLUMNS], check_exact=True)
 
+
+
+@pytest.mark.parametrize("top", [0, 1, 3, 10, 50, 1000])
+def test_top_candidates_hold_the_stable_sorts_head(top):
+    """diff's most slowed-down batches of two tables: the stable descending sort of the candidate rows only
+    gives the head of the sort of every row, ties at the cut included."""
+    from lotus.analysis.diff import top_candidates
+
+    rng = np.random.default_rng(top)
+    for values in (rng.integers(0, 5, 200).astype(float), rng.normal(size=300), np.zeros(40), np.array([1.0])):
+        whole = pd.Series(values).sort_values(ascending=False, kind="stable").head(top)
+        cand = top_candidates(values, top)
+        got = pd.Series(values[cand], index=cand).sort_values(ascending=False, kind="stable").head(top)
+        assert list(got.index) == list(whole.index)

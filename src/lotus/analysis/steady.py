@@ -275,6 +275,14 @@ def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int)
     return _Spread(math.sqrt(v) / total_d, max(int(dof), 1), m + k, rough=size < round_len)
 
 
+def _segment_parts(t_all: np.ndarray, n_all: np.ndarray, segments):
+    """(times, samples) of each segment, in the order of their ids; no segments: the arrays themselves."""
+    if segments is None:
+        return [(t_all, n_all)] if len(t_all) else []
+    seg = np.asarray(segments)
+    return ((t_all[seg == sid], n_all[seg == sid]) for sid in (np.unique(seg) if len(seg) else []))
+
+
 def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=None, epochs=None) -> SteadyRate:
     """The steady-state rate of sorted hand-off times ``t_ns`` (ns) carrying ``samples`` each (default 1:
     a rate of batches); ``ramp`` batches left out at the start (of each segment, with ``segments``)."""
@@ -285,13 +293,10 @@ def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=Non
         t_all = t_all - t_all[0]
     t_all = t_all.astype(np.float64)
     n_all = np.ones(len(t_all)) if samples is None else np.nan_to_num(np.asarray(samples, dtype=np.float64))
-    seg = np.zeros(len(t_all), dtype=np.int64) if segments is None else np.asarray(segments)
     round_len = max(int(workers), 1)
     k = max(int(ramp), 1)
     parts, skipped_startup, notes = [], 0, []
-    for sid in (np.unique(seg) if len(seg) else []):
-        sel = seg == sid
-        t, n = t_all[sel], n_all[sel]
+    for t, n in _segment_parts(t_all, n_all, segments):
         kk = k
         if len(t) < k + 2:
             if len(t) < 2 or segments is not None:

@@ -59,35 +59,50 @@ def _workers(desc: dict | None) -> int:
     return w if isinstance(w, int) and w > 0 else 0
 
 
-_RATE_COLUMNS = ("rank", "loader", "epoch", "consumed_ns", "n_samples", "prep_dur_ns", "wait_dur_ns", "failed")
+RATE_COLUMNS = ("rank", "loader", "epoch", "consumed_ns", "n_samples", "prep_dur_ns", "wait_dur_ns", "failed")
+
+
+def _groups(b):
+    """``b.groupby(["rank", "loader"], sort=True)``'s groups; one group: ``b`` itself (no copy of it)."""
+    if len(b) and not (b["rank"].isna().any() or b["loader"].isna().any()):
+        r, lo = b["rank"].to_numpy(), b["loader"].to_numpy()
+        if (r == r[0]).all() and (lo == lo[0]).all():
+            return [((r[0], lo[0]), b)]
+    return b.groupby(["rank", "loader"], sort=True)
 
 
 def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
     """{(rank, loader): (SteadyRate, batches, samples)} of every loader that handed out a batch."""
-    from lotus.query import ok_batches
+    from lotus.query import failed_mask
 
-    b = ok_batches(batches[[c for c in _RATE_COLUMNS if c in batches.columns]])  # a group's columns: cheap slices
-    b = b[b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]
+    b = batches[[c for c in RATE_COLUMNS if c in batches.columns]]  # a group's columns: cheap slices
+    keep = ~failed_mask(b) & b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)  # ok, consumed
     if replayed_only:
-        b = b[b["prep_dur_ns"].isna().to_numpy(dtype=bool, na_value=True)]
+        keep &= b["prep_dur_ns"].isna().to_numpy(dtype=bool, na_value=True)
+    if not keep.all():  # one copy, and none where every row is kept
+        b = b[keep]
     out = {}
     spread = default_run_spread()
-    for (rank, loader), g in b.groupby(["rank", "loader"], sort=True):
+    for (rank, loader), g in _groups(b):
         desc = (loaders or {}).get((int(rank), int(loader))) or {}
         n = g["n_samples"].astype("Float64")
         fallback = _batch_size(loaders, int(rank), int(loader))
         if fallback is not None:
             n = n.fillna(fallback)
-        order = np.argsort(g["consumed_ns"].to_numpy(np.int64), kind="stable")
-        t = g["consumed_ns"].to_numpy(np.int64)[order]
-        nn = n.to_numpy(np.float64, na_value=np.nan)[order]
-        ep = g["epoch"].to_numpy()[order]
+        t = g["consumed_ns"].to_numpy(np.int64)
+        order = None if len(t) < 2 or bool((t[1:] >= t[:-1]).all()) else np.argsort(t, kind="stable")
+        nn = n.to_numpy(np.float64, na_value=np.nan)
+        ep = g["epoch"].to_numpy()
+        if order is not None:  # in hand-off order already (a stable sort would keep them): no permutation
+            t, nn, ep = t[order], nn[order], ep[order]
+        del n
         r = steady_rate(t, nn, ramp=1 if replayed_only else ramp_batches(desc), workers=_workers(desc),
                         segments=ep if replayed_only else None, epochs=ep)
         r = with_run_spread(r, spread, RUN_SPREAD_DOF)
         first = len(t) - r.batches  # one stretch: the window's batches are the last r.batches
         if not replayed_only and r.window_s > 0 and 0 < first < len(t) and "wait_dur_ns" in g.columns:
-            wait = g["wait_dur_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)[order]
+            wait = g["wait_dur_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
+            wait = wait if order is None else wait[order]
             if np.isfinite(wait[first:]).any():
                 r.extra["wait_share"] = float(np.nansum(wait[first:])) / 1e9 / r.window_s
         out[(int(rank), int(loader))] = (r, len(g), float(np.nansum(nn)))

@@ -31,6 +31,7 @@ import os
 import numpy as np
 
 from lotus.errors import InputError
+from lotus.model.batchsource import TableRun
 from lotus.model.observation import MODEL_COLUMNS, Observation, RunTrace, observe
 from lotus.model.params import Dist, Measured, PipelineModel
 from lotus.model.streams import dist_of
@@ -48,15 +49,15 @@ def load_run(path: str | os.PathLike, cache_state: str | None = None, columns: l
     per-sample events, which :func:`~lotus.model.observation.observe` then reads from the files in chunks
     (:mod:`lotus.model.scandetail`; the scan keeps no per-op statistics: the fit does not read them);
     the batches DataFrame is built whole (O(batches)); ``columns`` (a run read only to be fitted:
-    :data:`~lotus.model.observation.MODEL_COLUMNS`): a scanned run's DataFrame of only those."""
+    :data:`~lotus.model.observation.MODEL_COLUMNS`): a scanned run stays the engine's compact table
+    (:class:`~lotus.model.batchsource.TableRun`: its ``batches``, the DataFrame of only those columns, made
+    when asked; the fit reads a few columns at a time)."""
     from lotus.analysis.runs import load_config
 
     cfg = load_config(path, engine="auto", op_stats=False)
     if columns is not None and cfg.table is not None and not cfg.table.partial:
-        batches = cfg.table.frame(columns)
-    else:
-        batches = cfg.batches
-    return RunTrace(cfg.events, batches, cfg.loaders, name=cfg.name, cache_state=cache_state)
+        return TableRun(cfg.events, cfg.table, columns, cfg.loaders, name=cfg.name, cache_state=cache_state)
+    return RunTrace(cfg.events, cfg.batches, cfg.loaders, name=cfg.name, cache_state=cache_state)
 
 
 def as_run(obj) -> RunTrace:
@@ -112,19 +113,18 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         notes.append("the traced run is taken as read from the page cache (warm)")
 
     def pool(get, runs_=base):
-        parts = [get(o) / o.summary.cpu_stretch for o in runs_]
-        return np.concatenate(parts) if parts else np.zeros(0)
+        return _joined([_unstretched(get(o), o.summary.cpu_stretch) for o in runs_])
 
-    n = np.concatenate([o.n for o in base])
+    n = _joined([o.n for o in base])
     load_per = pool(lambda o: o.load_ns)
     items_ = pool(lambda o: o.items_ns)
-    first = np.concatenate([o.first_reads for o in base])
+    first = _joined([o.first_reads for o in base])
     warm_load = float(load_per.sum() / n.sum()) / 1e6 if load_per.sum() > 0 else None
     cold_load, cold_source = None, None
     cold_reads = np.zeros(len(n))
     if cold and warm:
         c_load = pool(lambda o: o.load_ns, cold)
-        cold_load = float(c_load.sum() / np.concatenate([o.n for o in cold]).sum()) / 1e6
+        cold_load = float(c_load.sum() / _joined([o.n for o in cold]).sum()) / 1e6
         cold_source = "cold run"
     elif io_bytes_per_s and bytes_per_sample and warm:
         cold_load = (warm_load or 0.0) + bytes_per_sample / io_bytes_per_s * 1e3
@@ -145,15 +145,14 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
     for o in base:
         if o.step_ns is not None:
             steps.setdefault(o.summary.batch_size, []).append(o.step_ns)
-    step_ns = {bs: np.concatenate(v) for bs, v in sorted(steps.items())}
-    handoff = [o.handoff_ns for o in base if o.handoff_ns is not None]
-    handoff = np.concatenate(handoff) if handoff else np.zeros(0)
-    dispatch = np.concatenate([o.dispatch_ns for o in base])
+    step_ns = {bs: _joined(v) for bs, v in sorted(steps.items())}
+    handoff = _joined([o.handoff_ns for o in base if o.handoff_ns is not None])
+    dispatch = _joined([o.dispatch_ns for o in base])
     pins = [o.pin_ns for o in base if o.pin_ns is not None]
     measured = Measured(
         n=n, items_ns=items_, load_ns=load_per, cold_reads=cold_reads, collate_ns=collate,
         other_ns=pool(lambda o: o.other_ns), step_ns=step_ns, handoff_ns=handoff, dispatch_ns=dispatch,
-        pin_ns=np.concatenate(pins) if pins else None)
+        pin_ns=_joined(pins) if pins else None)
     op_ms = {}
     for name in dict.fromkeys(k for o in base for k in o.op_ns):  # durations: arrays or streams (scanned runs)
         op_ms[name] = dist_of([(o.op_ns.get(name), o.summary.cpu_stretch) for o in base])
@@ -179,6 +178,18 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         epoch_boot_ms=epoch_boot_ms,
         runs=[o.summary for o in obs], base_state="warm" if warm else "cold",
         missing=missing, notes=list(dict.fromkeys(notes)), measured=measured)
+
+
+def _unstretched(a: np.ndarray, stretch: float) -> np.ndarray:
+    """``a / stretch``: ``a`` itself where the stretch is 1 (the same values, no copy)."""
+    return a if stretch == 1.0 else a / stretch
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)``: the one part itself, not a copy (the fit's arrays are never written)."""
+    if len(parts) == 1 and parts[0].dtype == np.float64:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def _observed(run: RunTrace) -> Observation:

@@ -106,14 +106,24 @@ def concurrency_levels(b, have, n, bins: int = 3, least: int = 30) -> list[tuple
     if ok.sum() < bins * least:
         return None
     s_ok, e_ok = s[ok], e[ok]
+    del s, e
+    fresh = b[["rank", "epoch", "worker_id"]][ok].groupby(["rank", "epoch", "worker_id"], sort=False) \
+        .cumcount().to_numpy() == 0
+    # the temporaries dropped as soon as used (a run of millions of batches): the same values
     t = np.concatenate([s_ok, e_ok])
-    step = np.concatenate([np.ones(len(s_ok)), -np.ones(len(e_ok))])
     order = np.argsort(t, kind="stable")
-    t, level = t[order], np.cumsum(step[order])
-    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(t))])
+    t = t[order]
+    level = np.cumsum(np.where(order < len(s_ok), 1.0, -1.0))  # +1 at a start, -1 at an end, in time order
+    del order
+    area = np.empty(len(t))
+    area[0] = 0.0
+    d = np.diff(t)
+    d *= level[:-1]
+    del level
+    np.cumsum(d, out=area[1:])
+    del d
     conc = (np.interp(e_ok, t, area) - np.interp(s_ok, t, area)) / (e_ok - s_ok)
-    sub = b[ok]
-    fresh = sub.groupby(["rank", "epoch", "worker_id"], sort=False).cumcount().to_numpy() == 0
+    del t, area
     conc, per = conc[~fresh], ((e_ok - s_ok) / n[ok] / 1e6)[~fresh]
     if len(conc) < bins * least:
         return None
@@ -232,13 +242,15 @@ def int_or_none(v) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
-def measured_rate(run, loader: int, ranks: int) -> tuple[float | None, tuple[float, float] | None, str | None]:
+def measured_rate(batches, loaders: dict, loader: int, ranks: int
+                  ) -> tuple[float | None, tuple[float, float] | None, str | None]:
     """The one measure (:mod:`lotus.analysis.throughput`) of ``loader`` per rank, its 95% interval and its
-    note (a wide interval, a short window), as ``lotus analyze throughput`` reports them."""
+    note (a wide interval, a short window), as ``lotus analyze throughput`` reports them, from ``batches``
+    (the run's, or any rows that hold every consumed ok batch of ``loader``)."""
     from lotus.analysis.steady import combine
     from lotus.analysis.throughput import loader_rates
 
-    rates = [r for (_rank, lid), (r, _nb, _ns) in loader_rates(run.batches, run.loaders).items() if lid == loader]
+    rates = [r for (_rank, lid), (r, _nb, _ns) in loader_rates(batches, loaders).items() if lid == loader]
     total, ci = combine(rates)
     note = "; ".join(sorted({r.note for r in rates if r.note})) or None
     if total is None:

@@ -17,23 +17,9 @@ import numpy as np
 
 from lotus.errors import InputError
 from lotus.model import measures
+from lotus.model.batchsource import RunTrace, main_loader, select
 from lotus.model.detail import batch_keys, detail_of_events
 from lotus.model.params import RunSummary
-
-
-@dataclass
-class RunTrace:
-    """One run of the job: its DataFrames and loader descriptions, and its page-cache state if known.
-
-    ``cache_state``: ``"cold"`` for a probe whose dataset files were evicted first, ``"warm"`` for one
-    read from the page cache, None (unlabelled: treated as warm, and the model says so).
-    """
-
-    events: object
-    batches: object
-    loaders: dict = field(default_factory=dict)
-    name: str = "run"
-    cache_state: str | None = None
 
 
 @dataclass
@@ -82,68 +68,36 @@ def _f64(s) -> np.ndarray:
     return s.astype("Float64").to_numpy(np.float64, na_value=np.nan)
 
 
-def _rows(df, keep: np.ndarray):
-    """``df[keep]``, or ``df`` itself where every row is kept (no copy)."""
-    return df if keep.all() else df[keep]
-
-
-def _sorted(df, cols: list[str]) -> bool:
-    """Whether the rows are in strictly increasing order of ``cols`` (then sort_values, stable or not, keeps
-    them as they are); False where a key repeats or a value is missing."""
-    if len(df) < 2:
-        return True
-    lt = np.zeros(len(df) - 1, bool)  # row i < row i+1, decided by the columns so far
-    eq = np.ones(len(df) - 1, bool)
-    for c in cols:
-        if df[c].isna().any():
-            return False
-        v = df[c].to_numpy()
-        a, b = v[:-1], v[1:]
-        lt |= eq & (a < b)
-        eq &= a == b
-    return bool(lt.all())
-
-
-def main_loader(batches) -> int:
-    counts = batches.groupby("loader").size()
-    return int(counts.idxmax())
+def _take(a: np.ndarray, have: np.ndarray) -> np.ndarray:
+    """``a[have]``, or ``a`` itself where every row is kept (no copy)."""
+    return a if have.all() else a[have]
 
 
 def observe(run: RunTrace) -> Observation:
-    """Per-batch costs of the run's main loader (raw wall times, ns) and what it measured."""
-    from lotus.analysis.stats import op_engine
-    from lotus.query import failed_mask
+    """Per-batch costs of the run's main loader (raw wall times, ns) and what it measured.
 
-    b = _rows(run.batches, ~failed_mask(run.batches))  # ok_batches: each step copies only when it drops rows
-    b = _rows(b, b["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False) | b["consumed_ns"].notna().to_numpy(
-        dtype=bool, na_value=False))
-    if b.empty:
-        raise InputError(f"{run.name}: no batches in the trace: nothing to fit")
-    loader = main_loader(b)
-    b = _rows(b, b["loader"].to_numpy() == loader)
-    if not _sorted(b, ["rank", "epoch", "batch_id"]):  # a scanned run's batches are in key order already
-        b = b.sort_values(["rank", "epoch", "batch_id"], ignore_index=True)
-    else:
-        b = b.reset_index(drop=True)
-    ranks = sorted(int(r) for r in b["rank"].unique())
+    The batches are read a few columns at a time (:mod:`lotus.model.batchsource`) and each per-batch array
+    is dropped once reduced: the peak is the arrays the Observation keeps plus one measure's columns."""
+    from lotus.analysis.stats import op_engine
+
+    src = select(run, run.name)
+    loader = src.loader
+    k = src.cols(["rank", "epoch", "batch_id", "prep_dur_ns", "worker_id", "n_samples"])
+    ranks = sorted(int(r) for r in k["rank"].unique())
     desc = dict(run.loaders.get((ranks[0], loader)) or {})
-    prep = _f64(b["prep_dur_ns"])
+    prep = _f64(k["prep_dur_ns"])
     have = np.isfinite(prep)
     if not have.any():
         raise InputError(f"{run.name}: no batch preprocessing (fetch) events: the model needs the workers' "
                          "trace files")
-    ev = run.events
-    of_loader = ev["loader"].to_numpy() == loader
-    if not of_loader.all():  # a validation loader too: leave its events out (a copy only then)
-        ev = ev[of_loader]
     notes, missing = [], []
-    workers = sorted({int(w) for w in _i64(b["worker_id"])[have]})
+    workers = sorted({int(w) for w in np.unique(_i64(k["worker_id"])[have])})
     nw = desc.get("num_workers")
     if not isinstance(nw, int):
         nw = len([w for w in workers if w >= 0])
         notes.append(f"{run.name}: no loader description: num_workers={nw} from the workers seen")
     bs = desc.get("batch_size")
-    n = _f64(b["n_samples"])
+    n = _f64(k["n_samples"])
     if not isinstance(bs, int) or bs <= 0:
         bs = int(np.nanmax(n)) if np.isfinite(n).any() else 1
     n = np.where(np.isfinite(n) & (n > 0), n, bs)
@@ -152,56 +106,56 @@ def observe(run: RunTrace) -> Observation:
         pf = 2
         notes.append(f"{run.name}: prefetch_factor unknown: torch's default 2 assumed")
 
+    keys = batch_keys(k["rank"], k["epoch"], k["batch_id"])
+    del k
+    # the measures that keep no per-batch array first, while the only ones alive are the keys, prep and n
+    from lotus.analysis.throughput import RATE_COLUMNS
+
+    rate, rate_ci, rate_note = measures.measured_rate(src.rate_rows(RATE_COLUMNS), run.loaders, loader, len(ranks))
+    start_lat, free_gap = measures.worker_latencies(
+        src.cols(["rank", "epoch", "worker_id", "dispatch_ns", "prep_start_ns", "prep_end_ns"]), have)
+    arrive_lat = measures.arrive_latency(src.cols(["queue_ns", "pin_dur_ns", "wait_start_ns", "arrive_ns",
+                                                   "put_dur_ns"]))
+    epoch_batches, epoch_gaps, epoch_boots = measures.epoch_restarts(
+        src.cols(["rank", "epoch", "dispatch_ns", "consumed_ns", "prep_start_ns"]))
+    spans = ["rank", "epoch", "worker_id", "prep_start_ns", "prep_end_ns", "prep_dur_ns"]
+    busy = measures.busy_workers(src.cols(spans), have) if nw > 0 else 0.0
+    levels = measures.concurrency_levels(src.cols(spans), have, n) if nw > 1 else None
+    wait_share, steady_wait = measures.wait_shares(src.cols(["rank", "loader", "epoch", "failed", "wait_start_ns",
+                                                             "wait_dur_ns", "consumed_ns"]))
+
     # per-batch sums of per-sample events, op durations, dispatches and re-reads, matched on the batch key
-    keys = batch_keys(b["rank"], b["epoch"], b["batch_id"])
+    ev = run.events
     if op_engine(ev) is None:
+        of_loader = ev["loader"].to_numpy() == loader
+        if not of_loader.all():  # a validation loader too: leave its events out (a copy only then)
+            ev = ev[of_loader]
         d = detail_of_events(ev, keys)
     else:  # a scanned run (lotus.query.scan): its per-sample events are read from the files in chunks
         from lotus.model.scandetail import detail_of_scan
 
-        d = detail_of_scan(op_engine(ev), keys, loader)
-    s_sum, s_cnt, l_sum, _l_cnt, t_sum = d.sample_sum, d.sample_count, d.load_sum, d.load_count, d.transform_sum
-    zeros = np.zeros(len(b))
-    load = l_sum if l_sum is not None else zeros
-    if l_sum is not None and "detail" in b:
-        # per-sample detail for a share of the batches (the detail budget): the others' load time is
-        # estimated at the detail batches' load per sample (their items fall back to prep - collate below)
-        det = b["detail"].to_numpy(dtype=bool, na_value=False) & (_l_cnt > 0)
-        n_det = float(np.nansum(n[det & have]))
-        if det.any() and not det[have].all() and n_det > 0:
-            load = np.where(det, load, float(np.nansum(load[det & have])) / n_det * n)
-    items = load + (t_sum if t_sum is not None else zeros)
-    if s_sum is not None:
-        items = np.where(s_cnt > 0, s_sum, items)
-    if s_sum is None and l_sum is None:
-        missing.append("per-sample events (sample/load): the split of preprocessing into ops is unknown")
-    collate = np.nan_to_num(_f64(b["collate_dur_ns"]))
-    prep_f = np.where(have, prep, np.nan)
-    items = np.where(items > 0, items, np.maximum(prep_f - collate, 0))
-    other = np.maximum(prep_f - items - collate, 0)
+        d = detail_of_scan(op_engine(ev), keys, loader, dataset_len=measures.int_or_none(desc.get("dataset_len")))
+    del keys, ev
+    items, load, reduced = _items(d, src, n, prep, have, missing)
+    op_ns, dispatch_ns, first_reads, reread = d.op_ns, d.dispatch_ns, d.first_reads, d.reread
+    del d
+    collate, other = reduced
+    sample_ms = float(np.nansum(items[have]) / np.sum(n[have]) / 1e6) if have.any() else None
 
-    step_ns, step_source = measures.steps(b)
+    step_ns, step_source = measures.steps(src.cols(["rank", "epoch", "step_dur_ns", "wait_start_ns", "consumed_ns",
+                                                    "gpu_step_ns"]))
     if step_ns is None:
         missing.append("the loop's step time (no step, wait or gpu_step events)")
-    handoff = measures.handoff(b, nw, prep)
+    handoff = measures.handoff(src.cols(["wait_dur_ns", "wait_start_ns", "arrive_ns", "consumed_ns", "buffered"]),
+                               nw, prep)
     if handoff is None:
         missing.append("the main process's hand-off time (no wait events)")
-    pin = _f64(b["pin_dur_ns"])
+    pin = _f64(src.cols(["pin_dur_ns"])["pin_dur_ns"])
     pin = pin[np.isfinite(pin)] if np.isfinite(pin).any() else None
-    start_lat, free_gap = measures.worker_latencies(b, have)
-    arrive_lat = measures.arrive_latency(b)
-    first_reads, reread = d.first_reads, d.reread
-    epoch_batches, epoch_gaps, epoch_boots = measures.epoch_restarts(b)
-
-    busy = measures.busy_workers(b, have) if nw > 0 else 0.0
-    levels = measures.concurrency_levels(b, have, n) if nw > 1 else None
-    wait_share, steady_wait = measures.wait_shares(b)
     cpus = desc.get("cpus_available")
     cpus = float(cpus) / len(ranks) if isinstance(cpus, int | float) and cpus > 0 else None
     if cpus is not None and len(ranks) > 1:
         notes.append(f"{run.name}: {len(ranks)} ranks: CPUs split evenly among them ({cpus:g} per rank)")
-    sample_ms = float(np.nansum(items[have]) / np.sum(n[have]) / 1e6) if have.any() else None
-    rate, rate_ci, rate_note = measures.measured_rate(run, loader, len(ranks))
     summary = RunSummary(
         name=run.name, num_workers=int(nw), cpus=cpus, batch_size=int(bs), prefetch_factor=int(pf or 0),
         ranks=len(ranks), batches=int(have.sum()), cache_state=run.cache_state or "warm",
@@ -211,12 +165,40 @@ def observe(run: RunTrace) -> Observation:
     if desc.get("in_order") is False or desc.get("delivery_order") not in (None, "in_order"):
         notes.append(f"{run.name}: the loader does not deliver in order; the model simulates in-order delivery")
     return Observation(
-        summary=summary, n=n[have], prep_ns=prep[have], items_ns=items[have], load_ns=load[have],
-        collate_ns=collate[have], other_ns=other[have], first_reads=first_reads[have], op_ns=d.op_ns,
-        step_ns=step_ns, step_source=step_source, handoff_ns=handoff, dispatch_ns=d.dispatch_ns, pin_ns=pin,
+        summary=summary, n=_take(n, have), prep_ns=_take(prep, have), items_ns=_take(items, have),
+        load_ns=_take(load, have), collate_ns=_take(collate, have), other_ns=_take(other, have),
+        first_reads=_take(first_reads, have), op_ns=op_ns,
+        step_ns=step_ns, step_source=step_source, handoff_ns=handoff, dispatch_ns=dispatch_ns, pin_ns=pin,
         start_latency_ns=start_lat, arrive_latency_ns=arrive_lat, free_gap_ns=free_gap, reread=reread,
         description=desc, epoch_batches=epoch_batches, epoch_gap_ns=epoch_gaps, epoch_boot_ns=epoch_boots,
         missing=missing, notes=notes, levels=levels)
+
+
+def _items(d, src, n, prep, have, missing):
+    """(items, load, (collate, other)) per batch (ns) from the per-sample sums of ``d`` and the batches'
+    detail flags and collation; notes what is missing."""
+    s_sum, s_cnt, l_sum, _l_cnt, t_sum = d.sample_sum, d.sample_count, d.load_sum, d.load_count, d.transform_sum
+    zeros = np.zeros(len(prep))
+    load = l_sum if l_sum is not None else zeros
+    if l_sum is not None and src.has("detail"):
+        # per-sample detail for a share of the batches (the detail budget): the others' load time is
+        # estimated at the detail batches' load per sample (their items fall back to prep - collate below)
+        det = src.cols(["detail"])["detail"].to_numpy(dtype=bool, na_value=False) & (_l_cnt > 0)
+        n_det = float(np.nansum(n[det & have]))
+        if det.any() and not det[have].all() and n_det > 0:
+            load = np.where(det, load, float(np.nansum(load[det & have])) / n_det * n)
+        del det
+    items = load + (t_sum if t_sum is not None else zeros)
+    if s_sum is not None:
+        items = np.where(s_cnt > 0, s_sum, items)
+    if s_sum is None and l_sum is None:
+        missing.append("per-sample events (sample/load): the split of preprocessing into ops is unknown")
+    del s_sum, s_cnt, l_sum, _l_cnt, t_sum, zeros
+    collate = np.nan_to_num(_f64(src.cols(["collate_dur_ns"])["collate_dur_ns"]))
+    prep_f = np.where(have, prep, np.nan)
+    items = np.where(items > 0, items, np.maximum(prep_f - collate, 0))
+    other = np.maximum(prep_f - items - collate, 0)
+    return items, load, (collate, other)
 
 
 __all__ = ["MODEL_COLUMNS", "Observation", "RunTrace", "main_loader", "observe"]

@@ -35,9 +35,9 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
            main_cpu_cores: float = 1.0) -> WhatIf:
     """Fit the run at ``data_dir`` (plus a cold-cache run) and predict the grid (see docs/model.md)."""
     from lotus.model.cache import DEFAULT_FRACTIONS, steady_hit_rates
-    from lotus.model.detail import detail_events
     from lotus.model.fitting import fit, load_run
     from lotus.model.observation import MODEL_COLUMNS
+    from lotus.model.scanaccess import access_events
     from lotus.model.tables import (
         GB,
         cache_hits,
@@ -78,7 +78,7 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
         total = dataset["dataset_bytes"]
         extra = [min(g * GB / total, 1.0) for g in (cache_gb or [])]
         fractions = sorted({*DEFAULT_FRACTIONS, *extra})
-        per_epoch = cache_hits(detail_events(run), n_samples, fractions=fractions, n_epochs=epochs)
+        per_epoch = cache_hits(access_events(run), n_samples, fractions=fractions, n_epochs=epochs)
         if per_epoch is None:
             notes.append("cache what-if skipped: the trace records no sample indices (original LotusTrace logs)")
         else:
@@ -120,9 +120,10 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
 
 def _dataset_len(run) -> int | None:
     """Samples in the dataset of the run's main loader, from its description (None: not recorded)."""
+    from lotus.model.batchsource import columns_of
     from lotus.model.observation import main_loader
 
-    b = run.batches
+    b = run.batches if getattr(run, "table", None) is None else columns_of(run, ["loader"])
     if b is None or len(b) == 0:
         return None
     loader = main_loader(b)

@@ -22,9 +22,11 @@ computes them with what :func:`lotus.model.detail.detail_of_events` gives on the
   first reads and re-reads are integer sums divided by counts: numpy's ``mean`` of those durations
   while their total stays below 2**53 ns (104 days of load time), as every partial sum is then exact.
 
-Memory: O(batches) (sums and counts, the key lookup and the dispatches: ~80 bytes a batch; the model's
-own per-batch arrays are of that order) plus O(dataset) for the first reads, plus one chunk of records
-and a slice's temporaries; nothing per event (the op streams spill to disk past 512k values each).
+Memory: O(batches) (sums, int32 counts, the key lookup -- no permutation where the keys come in order, as
+a scanned run's do -- and the dispatches: ~50 bytes a batch; the model's own per-batch arrays are of that
+order) plus O(dataset) for the first reads (20 bytes an id, allocated once at the loader's dataset length
+where it is known), plus one chunk of records and a slice's temporaries; nothing per event (the op streams
+spill to disk past 512k values each).
 """
 
 from __future__ import annotations
@@ -48,10 +50,11 @@ _SUMMED = {S.EV_SAMPLE: "sample", S.EV_LOAD: "load", S.EV_TRANSFORM: "transform"
 class FirstReads:
     """Per sample id, the earliest load seen (start, batch row, duration); sums of every load (module doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, slots: int | None = None, rows: int = 0) -> None:
         self.ids: np.ndarray | None = None  # sorted sample ids (sparse mode); None: dense, indexed by id
+        self.slots = slots  # the dataset's length if known: the dense arrays' size, allocated once
         self.start = np.zeros(0, np.int64)
-        self.row = np.zeros(0, np.int64)
+        self.row = np.zeros(0, np.int32 if rows < 2**31 else np.int64)
         self.dur = np.zeros(0, np.int64)
         self.count = 0  # loads of a known sample (id >= 0)
         self.total = 0  # their summed duration (ns)
@@ -71,8 +74,10 @@ class FirstReads:
                     self._to_sparse()
                     return self._merge(sample, start, row, dur)
                 n = max(top, int(len(self.start) * 1.25))
+                if self.slots and top <= self.slots <= max(DENSE_SLOTS, 4 * self.count):
+                    n = self.slots
                 for name, fill in (("start", _NONE), ("row", 0), ("dur", 0)):
-                    a = np.full(n, fill, np.int64)
+                    a = np.full(n, fill, getattr(self, name).dtype)
                     a[: len(getattr(self, name))] = getattr(self, name)
                     setattr(self, name, a)
             better = start < self.start[sample]  # an equal start came later in file order: not earlier
@@ -99,12 +104,18 @@ class FirstReads:
 
     def result(self, nb: int) -> tuple[np.ndarray, tuple[float, float, int, int] | None]:
         """(first reads per batch row, (mean first read, mean re-read (ns), their counts) or None)."""
-        seen = np.arange(len(self.start)) if self.ids is not None else np.flatnonzero(self.start != _NONE)
-        first = np.bincount(self.row[seen], minlength=nb).astype(np.float64)
-        n_first, n_re = len(seen), self.count - len(seen)
+        # the slots of ids never loaded hold row 0 and duration 0: counted in row 0 then taken out, summed as 0
+        # (no index array of the loaded ids: the dataset's size, 8 bytes an id, at the peak of the fit)
+        unseen = 0 if self.ids is not None else int((self.start == _NONE).sum())
+        first = np.bincount(self.row, minlength=nb)
+        if unseen:
+            first[0] -= unseen
+        first = first.astype(np.float64)
+        n_first = len(self.start) - unseen
+        n_re = self.count - n_first
         if self.count == 0 or n_re == 0:
             return first, None
-        first_sum = int(self.dur[seen].sum())
+        first_sum = int(self.dur.sum())
         return first, (float(np.float64(first_sum) / n_first), float(np.float64(self.total - first_sum) / n_re),
                        n_first, n_re)
 
@@ -117,9 +128,11 @@ class BatchRows:
     and its low 32 bits, the batch id)."""
 
     def __init__(self, keys: np.ndarray):
-        self.order = np.argsort(keys)
-        self.sorted = keys[self.order]
         self.nb = len(keys)
+        # keys in order (a scanned run's batches): no permutation to keep (order None: the identity)
+        ordered = self.nb < 2 or bool((keys[1:] > keys[:-1]).all())
+        self.order = None if ordered else np.argsort(keys)
+        self.sorted = keys if ordered else keys[self.order]
         hi = self.sorted >> 32
         cuts = np.r_[0, np.flatnonzero(np.diff(hi)) + 1, self.nb]
         lo = self.sorted & 0xFFFFFFFF  # ascending within a group
@@ -128,16 +141,16 @@ class BatchRows:
         self.groups: dict[int, tuple[int, int, int]] | None = None  # high bits -> (offset, first id, slots)
         if int(sizes.sum()) <= self.nb + DENSE_SLOTS:
             offsets = np.r_[0, np.cumsum(sizes)[:-1]]
-            self.slots = np.full(int(sizes.sum()), -1, np.int64)
+            self.slots = np.full(int(sizes.sum()), -1, np.int32 if self.nb < 2**31 else np.int64)
             for g, (a, b) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)):
-                self.slots[offsets[g] + lo[a:b] - first[g]] = self.order[a:b]
+                self.slots[offsets[g] + lo[a:b] - first[g]] = np.arange(a, b) if self.order is None else self.order[a:b]
             self.groups = {int(h): (int(o), int(f), int(n)) for h, o, f, n in
                            zip(hi[cuts[:-1]].tolist(), offsets.tolist(), first.tolist(), sizes.tolist(), strict=True)}
 
     def __call__(self, ek: np.ndarray) -> np.ndarray:
         if self.groups is None:
             pos = np.searchsorted(self.sorted, ek).clip(0, self.nb - 1)
-            return np.where(self.sorted[pos] == ek, self.order[pos], -1)
+            return np.where(self.sorted[pos] == ek, pos if self.order is None else self.order[pos], -1)
         row = np.full(len(ek), -1, np.int64)
         if not len(ek):
             return row
@@ -157,7 +170,7 @@ class BatchRows:
 class _Pass:
     """What one pass over the files accumulates (module doc)."""
 
-    def __init__(self, keys: np.ndarray, loader: int):
+    def __init__(self, keys: np.ndarray, loader: int, dataset_len: int | None = None):
         self.loader, self.nb = loader, len(keys)
         self.rows = BatchRows(keys)
         self.first: dict[int, int] = {}  # code -> first event of the loader (global index in file order)
@@ -165,7 +178,7 @@ class _Pass:
         self.counts: dict[int, np.ndarray] = {}
         self.streams: dict[int, Floats] = {}
         self.dispatch: list[np.ndarray] = []
-        self.reads = FirstReads()
+        self.reads = FirstReads(dataset_len, self.nb)
         self.want = np.zeros(0, bool)
 
     def refresh(self, cats: list[str]) -> None:
@@ -218,12 +231,15 @@ class _Pass:
                 self.reads.add(sample, arr["start_ns"][at] + fs.shift, r, d)
 
     def _sum(self, k: int, r: np.ndarray, d: np.ndarray) -> None:
-        if k not in self.sums:
-            self.sums[k], self.counts[k] = np.zeros(self.nb), np.zeros(self.nb, np.int64)
+        if k not in self.sums:  # counts: int32 (events a batch), none of transforms (only their sums are read)
+            self.sums[k] = np.zeros(self.nb)
+            if k != S.EV_TRANSFORM:
+                self.counts[k] = np.zeros(self.nb, np.int32)
         lo = int(r.min())
         part = np.bincount(r - lo, weights=d)
         self.sums[k][lo: lo + len(part)] += part
-        self.counts[k][lo: lo + len(part)] += np.bincount(r - lo, minlength=len(part))
+        if k in self.counts:
+            self.counts[k][lo: lo + len(part)] += np.bincount(r - lo, minlength=len(part)).astype(np.int32)
 
     def detail(self, names: list[str], cats: list[str]) -> Detail:
         from lotus.trace.events import unique_labels
@@ -233,8 +249,13 @@ class _Pass:
         def summed(k):
             if k not in self.first:  # no event of that kind: None, as the DataFrame path
                 return None, None
-            return self.sums.get(k, np.zeros(self.nb)), self.counts.get(k, np.zeros(self.nb, np.int64))
+            return self.sums.get(k, np.zeros(self.nb)), self.counts.get(k, np.zeros(self.nb, np.int32))
 
+        if S.EV_LOAD in self.first:  # first: the first reads' arrays (the dataset's size) dropped before the rest
+            first_reads, reread = self.reads.result(self.nb)
+        else:
+            first_reads, reread = np.zeros(self.nb), None
+        self.reads = FirstReads()
         s_sum, s_cnt = summed(S.EV_SAMPLE)
         l_sum, l_cnt = summed(S.EV_LOAD)
         t_sum, _ = summed(S.EV_TRANSFORM)
@@ -244,21 +265,19 @@ class _Pass:
         op_ns = {n: self.streams[found[n][1]] if found[n][1] in self.streams else Floats()
                  for n in order if n not in NOT_OPS}
         dispatch = np.concatenate(self.dispatch) if self.dispatch else np.zeros(0)
-        if S.EV_LOAD in self.first:
-            first_reads, reread = self.reads.result(self.nb)
-        else:
-            first_reads, reread = np.zeros(self.nb), None
+        self.dispatch = []
         return Detail(s_sum, s_cnt, l_sum, l_cnt, t_sum, op_ns, dispatch, first_reads, reread)
 
 
-def detail_of_scan(engine, keys: np.ndarray, loader: int) -> Detail:
+def detail_of_scan(engine, keys: np.ndarray, loader: int, dataset_len: int | None = None) -> Detail:
     """:class:`Detail` of the events of loader ``loader`` of the scanned run of ``engine`` (an
-    :class:`lotus.query.opengine.OpEngine`) for the batches of ``keys`` (:func:`batch_keys`)."""
+    :class:`lotus.query.opengine.OpEngine`) for the batches of ``keys`` (:func:`batch_keys`);
+    ``dataset_len`` (the loader's, if known): the size of the first reads' dense arrays, allocated once."""
     from lotus.trace.chunks import record_chunks
     from lotus.trace.events import Accumulator
 
     acc = Accumulator()
-    p = _Pass(keys, loader)
+    p = _Pass(keys, loader, dataset_len)
     base = 0
     spans: dict = {}
     for path in engine.paths:

@@ -257,18 +257,20 @@ class BatchTable:
         same values. A table of more than :data:`FRAME_ROWS` rows is made from its :meth:`frames` of
         that many rows, each piece copied into the columns of the whole frame allocated first: the peak is
         the frame and one piece, not the frame and the temporaries of making it."""
+        counts = columns is None or "n_samples" in columns  # the extra scan only for the column it fills
         if not self.partial and self.any_keys and len(self) > FRAME_ROWS:
-            return _assemble(self.frames(FRAME_ROWS), len(self), columns)
-        out = self._whole_frame()
+            return _assemble(self.frames(FRAME_ROWS, counts=counts), len(self), columns)
+        out = self._whole_frame(counts)
         return out if columns is None else out[list(columns)]
 
-    def _whole_frame(self):
-        """:meth:`frame` made in one go."""
+    def _whole_frame(self, counts: bool = True):
+        """:meth:`frame` made in one go (``counts`` False: without the ``n_samples`` of batches without a
+        collate, for a caller that does not read that column)."""
         if not self.any_keys:
             return self._joined_frame()
         out = self._joined_frame()
         engine = self.attrs.get("op_engine")
-        if engine is not None:
+        if engine is not None and counts:
             from lotus.query.rescan import fill_sample_counts
 
             fill_sample_counts(engine, out)
@@ -292,13 +294,13 @@ class BatchTable:
         del cols
         return batches_from_joined(joined, self.attrs, only_batches=False, warn_clocks=False, any_flagged=any_flagged)
 
-    def frames(self, rows: int | None = None):
+    def frames(self, rows: int | None = None, *, counts: bool = True):
         """The batches DataFrame (:meth:`frame`) in pieces of ``rows`` (:data:`ROWS`) rows, in order: each
         piece holds the same columns, dtypes, values and ``attrs`` as those rows of :meth:`frame` (its index
         from 0), so that a consumer (``lotus export``) holds one piece at a time, never the whole frame.
         What depends on every row is computed first, a view at a time: whether any fetch is flagged a
         detail batch, and the per-sample counts of batches without a collate (one more scan, only when
-        there are such batches)."""
+        there are such batches; ``counts`` False: not made, for a caller that does not read ``n_samples``)."""
         if self.partial or not self.any_keys or not len(self):
             yield self._joined_frame()
             return
@@ -310,20 +312,21 @@ class BatchTable:
             if f is not None and not any_flagged:
                 miss = _I64_MIN if f.dtype == np.int64 else _I32_MIN
                 any_flagged = bool(((f != miss) & (f > 0) & ((f & S.FETCH_DETAIL) != 0)).any())
-            n_missing.append(np.flatnonzero(v.n_samples_missing()) + v.offset - self.offset)
-        missing = np.concatenate(n_missing)
+            if counts:
+                n_missing.append(np.flatnonzero(v.n_samples_missing()) + v.offset - self.offset)
+        missing = np.concatenate(n_missing) if n_missing else np.zeros(0, np.int64)
         del n_missing
         engine = self.attrs.get("op_engine")
-        counts = None
+        found = None
         if engine is not None and len(missing):
             from lotus.query.rescan import fill_sample_counts, sample_counts
 
-            counts = sample_counts(engine, self.key_frame(missing))
+            found = sample_counts(engine, self.key_frame(missing))
         del missing
         for lo in range(0, len(self), step):
             out = self.view(lo, min(len(self), lo + step))._joined_frame(any_flagged)
-            if counts is not None:
-                fill_sample_counts(engine, out, counts)
+            if found is not None:
+                fill_sample_counts(engine, out, found)
             self.release()
             yield out
 
