@@ -58,7 +58,7 @@ def _handoffs(trace_dir: str):
     """Sorted hand-off times (ns) and samples of every loader of the run at ``trace_dir``."""
     import numpy as np
 
-    from lotus.query.batches import consumed_only, load_batches
+    from lotus.query import consumed_only, load_batches
 
     b = consumed_only(load_batches(trace_dir))
     if b.empty:
