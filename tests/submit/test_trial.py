@@ -141,13 +141,22 @@ def test_submit_runs_the_trials_end_to_end(tmp_path):
     t = doc["trial"]
     assert t is not None and t["chosen"] in ("disjoint", "shared") and t["why"], doc
     for label in ("disjoint", "shared"):
-        assert t[label]["plan"] == label and (Path(out) / "trials" / label / "a").is_dir()
-        if t[label]["samples_per_s"] is not None:
-            lo, hi = t[label]["ci95"] or (0, float("inf"))
-            assert lo <= t[label]["samples_per_s"] <= hi
+        r_ = t[label]
+        assert r_["plan"] == label and (Path(out) / "trials" / label / "a").is_dir()
+        # both apps ran together long enough for a rate with its interval; the total is the apps' sum
+        assert r_["error"] is None and r_["window_s"] >= 5.0, r_
+        lo, hi = r_["ci95"]
+        assert 0 < lo <= r_["samples_per_s"] <= hi
+        assert sum(a["samples_per_s"] for a in r_["apps"].values()) == pytest.approx(r_["samples_per_s"])
     assert "workers=auto trials" in r.stdout and f"chosen: {t['chosen']}" in r.stdout
+    # the higher measured total ran, with its own CPU sets
+    higher = "disjoint" if t["disjoint"]["samples_per_s"] > t["shared"]["samples_per_s"] else "shared"
+    assert t["chosen"] == higher
     plan = {p["name"]: p for p in doc["plan"]["apps"]}
-    if t["chosen"] == "shared":
+    if higher == "shared":
         assert plan["a"]["cpus"] is None and plan["a"]["cpus_source"] == "shared"
+    else:
+        assert plan["a"]["cpus"] and plan["a"]["cpus_source"] == "model"
+        assert t["disjoint"]["apps"]["a"]["model_error"] is not None  # the model checked at its CPUs
     assert any("workers=auto trial" in n for n in doc["plan"]["notes"])
     print(f"2 apps, probes + 2 trials + the run: {took:.1f} s")

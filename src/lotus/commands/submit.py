@@ -26,8 +26,11 @@ def _progress():
         what = {"probe": "profiling probe of ", "trial": "trial of "}.get(spec.kind, "")
         rate = ""
         if outcome.samples_per_s is not None:
-            ci = f" (95% CI {outcome.ci95[0]:,.1f}-{outcome.ci95[1]:,.1f})" if outcome.ci95 else " (no interval)"
-            rate = f", {outcome.samples_per_s:,.1f} samples/s{ci}"
+            from lotus.submit.results import rate_text
+
+            text = rate_text(outcome.samples_per_s, outcome.ci95)
+            value, _, ci = text.partition(" ")
+            rate = f", {value} samples/s {ci}"
         click.echo(f"lotus submit: {what}{spec.name} ended: exit code {outcome.exit_code}{wall}{rate}", err=True)
 
     return on_start, on_end

@@ -115,6 +115,13 @@ def _ci(ci) -> str:
     return "-" if not ci else f"{ci[0]:,.1f}-{ci[1]:,.1f}"
 
 
+def rate_text(v, ci) -> str:
+    """'1,234.5 (95% CI 1,200.0-1,270.1)', '1,234.5 (no interval)' or '-': a rate as the submit lines say it."""
+    if v is None:
+        return "-"
+    return f"{v:,.1f}" + (f" (95% CI {_ci(ci)})" if ci else " (no interval)")
+
+
 def _columns(head: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
 

@@ -202,14 +202,10 @@ def run_trials(plan, executor, trial_s: float, curves: dict | None = None, warmu
 
 def trial_lines(trial: dict | None) -> list[str]:
     """The trials as text: each plan's total with its interval, per app, and the choice."""
+    from lotus.submit.results import rate_text as rate
+
     if not trial:
         return []
-
-    def rate(v, ci) -> str:
-        if v is None:
-            return "-"
-        return f"{v:,.1f}" + (f" (95% CI {ci[0]:,.1f}-{ci[1]:,.1f})" if ci else " (no interval)")
-
     out = [f"workers=auto trials ({trial['seconds']:g} s each, the apps side by side):"]
     for label in ("disjoint", "shared"):
         r = trial[label]
