@@ -136,3 +136,21 @@ class SlowAtDS(MapDS):
         if i == self.slow_at:
             time.sleep(self.slow_s_at)
         return super().__getitem__(i)
+
+
+class SpinDS(Dataset):
+    """``n`` items each costing ``ms`` milliseconds of thread CPU time (a spin) and ``sleep_ms`` of sleep."""
+
+    def __init__(self, n: int = 64, ms: float = 2.0, sleep_ms: float = 0.0):
+        self.n, self.ms, self.sleep_ms = n, ms, sleep_ms
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        end = time.thread_time_ns() + int(self.ms * 1e6)
+        while time.thread_time_ns() < end:
+            pass
+        if self.sleep_ms:
+            time.sleep(self.sleep_ms / 1e3)
+        return torch.full((4,), float(i))

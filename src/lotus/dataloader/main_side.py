@@ -7,6 +7,8 @@ and the end of an epoch, however it ends (exhausted, abandoned, probe end), flus
 
 from __future__ import annotations
 
+import time
+
 from lotus.dataloader import _torch_compat as compat
 from lotus.dataloader import compose
 from lotus.dataloader import gpu as _gpu
@@ -85,6 +87,7 @@ class _MainSide:
         self._lotus_last = None  # (batch, buffered, pin_start, pin_end) of the batch being returned
         self._lotus_cuda = self._lt.cuda_probe() if self._lt.on else None
         self._lotus_replay = None
+        self._lotus_sched = None  # lotus.dataloader.schedstat.ThreadSched of the loop's thread, when first needed
         if self._lt.on and self._lt.replay_batches:
             from lotus.dataloader.replay import Replay
 
@@ -212,7 +215,7 @@ class _MainSide:
                 batch, d0, f0, c0, cn, end, detail = last
                 pb, pt = prev if prev is not None else _NO_PREV
                 w.buf += main_pair(main_heads(lo, ep), batch, d0, f0, c0, cn, end, t0, t1, pb, pt, detail)
-                p0 = 0
+                p0 = None
             else:
                 batch, buffered, p0, p1 = last
                 # the previous batch's step (hand-off -> this request), this wait and this hand-off: one append
@@ -229,6 +232,8 @@ class _MainSide:
                 cuda.got(batch)
             self._lotus_prev = (batch, t1)
             lt.last_batch = batch
+            if p0 is not None and lt.consumed % S.MAIN_CPU_EVERY == 0:  # workers (what the model reads it for)
+                self._lotus_main_cpu(lt, batch)
             lt.consumed += 1
             if _gpu._active_id != id(lt):  # (reset when the active one is collected)
                 set_active(lt)
@@ -236,6 +241,16 @@ class _MainSide:
                 lt.flush()
         except Exception as exc:
             lt.fail("next", exc)
+
+    def _lotus_main_cpu(self, lt, batch: int) -> None:
+        """The main process's CPU so far (all threads) and the loop thread's run-queue delay (``main_cpu``)."""
+        sched = self._lotus_sched
+        if sched is None:
+            from lotus.dataloader.schedstat import ThreadSched
+
+            sched = self._lotus_sched = ThreadSched()  # the loop's thread: the one calling next()
+        q = sched.read()
+        lt.record(S.EV_MAIN_CPU, mono(), 0, batch, q[1] if q is not None else S.NO_ID, time.process_time_ns())
 
     def _lotus_step_done(self, t0: int) -> None:
         """Record the step of the batch the loop held (when no new hand-off follows)."""

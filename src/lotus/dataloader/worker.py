@@ -6,7 +6,8 @@ torch creates each worker with ``multiprocessing_context.Process(target=_worker_
 collate_fn and the two queues, then runs torch's unmodified worker loop:
 
 * index queue ``get`` -> ``(idx, indices)``: batch ``idx`` starts (fetch start, ITT task "Batch")
-* result queue ``put((idx, data))``: batch ends (``fetch``), then the ``put`` itself, then a flush
+* result queue ``put((idx, data))``: batch ends (``fetch``; ``runq``: the thread's run-queue delay and
+  CPU time during it, :mod:`lotus.dataloader.schedstat`), then the ``put`` itself, then a flush
 
 So a worker killed with SIGKILL loses at most the events of the batch it was preparing.
 """
@@ -50,6 +51,9 @@ class _IndexQueue(_QueueView):
                 if type(r) is tuple and len(r) == 2 and type(r[0]) is int:
                     state = self._state
                     state["t0"] = rec.begin_batch(r[0])
+                    sched = state.get("sched")
+                    if sched is not None:
+                        state["q0"] = sched.read()
                     detail = rec.detail
                     if detail and not state.get("patched"):
                         compose.patch_classes()  # timed Composes for this detail batch only
@@ -75,6 +79,9 @@ class _ResultQueue(_QueueView):
             return self._q.put(obj, *args, **kwargs)
         t0 = self._state.pop("t0", None)
         t1 = mono()
+        sched = self._state.get("sched")
+        q1 = sched.read() if sched is not None else None
+        q0 = self._state.pop("q0", None)
         if self._state.pop("patched", False):
             compose.unpatch_classes()
         try:
@@ -84,6 +91,8 @@ class _ResultQueue(_QueueView):
                     rec.end_batch(t0, 0, t1, S.EV_EXHAUSTED)
                 else:
                     rec.end_batch(t0, S.FETCH_ERROR if kind == "ExceptionWrapper" else 0, t1)
+                    if q0 is not None and q1 is not None:  # the scheduler's view of this fetch
+                        rec.rec(S.EV_RUNQ, t0, q1[1] - q0[1], obj[0], S.NO_ID, q1[0] - q0[0])
         except Exception as exc:
             rec.fail("result queue", exc)
         out = self._q.put(obj, *args, **kwargs)
@@ -110,7 +119,11 @@ def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | 
     rec = Recorder(writer, cfg.loader, cfg.epoch, make_itt(cfg.itt), worker_id=worker_id,
                    budget=DetailBudget(cfg.detail_budget))
     rec.rec(S.EV_WORKER_START, mono(), 0, S.NO_ID, S.NO_ID, worker_id)
-    state: dict = {}
+    from lotus.dataloader.schedstat import ThreadSched
+
+    state: dict = {"sched": ThreadSched()}  # this (the worker's main) thread: the one that runs torch's loop
+    if state["sched"].fd < 0:
+        del state["sched"]
     new = {
         "index_queue": _IndexQueue(compat.worker_arg(args, "index_queue"), rec, state),
         "data_queue": _ResultQueue(compat.worker_arg(args, "data_queue"), rec, state),

@@ -208,7 +208,8 @@ def _bottleneck(model, p: Prediction, parts: dict, cold_part: float, io_cap, ste
     elif p.wait_share is not None and p.wait_share < FINE_WAIT:
         pin_ns = float(pin.mean()) if pin is not None else 0.0
         return "main process" if max(handoff_ns, pin_ns) > step_ns else "step (GPU/model)"
-    elif p.cpus is not None and model.cpu_fraction * (p.num_workers + 1) + model.main_cpu_cores > p.cpus:
+    elif p.cpus is not None and \
+            model.cpu_fraction * (p.num_workers + 1) + model.main_cpu_cores > p.cpus * model.cpu_capacity:
         return "CPUs"
     name, worst = max(parts.items(), key=lambda kv: kv[1]) if parts else ("preprocessing", 0.0)
     if cold_part > worst:

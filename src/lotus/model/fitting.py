@@ -8,8 +8,11 @@ What one run identifies, and what it cannot:
 * per-item, per-op, collation and per-batch worker costs, as *wall* times at the run's concurrency.
   The fit turns them into uncontended costs with the CPU model of :func:`lotus.sim.cpu_stretch`:
   the run's mean number of busy workers (fetch time / epoch span) and its CPUs give the processor-sharing
-  stretch ``max(1, (busy + main_cpu_cores) / cpus)`` that is divided out. ``main_cpu_cores`` (CPU the
-  main process uses; default 1) is an assumption: the trace has no CPU time.
+  stretch ``max(1, (busy + main_cpu_cores) / (capacity * cpus))`` that is divided out. Traces of format
+  >= 4 on Linux carry the scheduler's view (each fetch's run-queue delay and CPU time, the main process's
+  CPU use): the CPU fraction, the main process's use and the capacity are then measured
+  (:func:`_sched_cpu`); before, ``main_cpu_cores`` (default 1, while the loop is not waiting) and a
+  capacity of 1 are assumptions.
 * it cannot tell how per-item time grows with the number of workers running at once *below* the CPU
   count (shared caches, memory bandwidth, hyper-threads): ``contention`` stays 0 (linear scaling, an
   optimistic bound); nor whether worker time is CPU time or waiting (I/O, sleep, a remote store):
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -75,11 +79,12 @@ def as_run(obj) -> RunTrace:
 
 def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = None,
         bytes_per_sample: float | None = None, contention: float | None = None,
-        cpu_fraction: float | None = None) -> PipelineModel:
+        cpu_fraction: float | None = None, sched: bool = True) -> PipelineModel:
     """Fit the model on one run or several runs of the same job (see the module doc).
 
     ``contention`` and ``cpu_fraction`` fix those parameters instead of fitting them (default: fitted
-    when the runs identify them, else 0 and 1).
+    when the runs identify them, else 0 and 1). ``sched=False``: leave the scheduler's view out (the
+    assumptions of traces without it; for comparisons).
     """
     items = list(runs) if isinstance(runs, list | tuple) else [runs]
     if not items:
@@ -90,7 +95,12 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
     base = warm or cold
     notes = [n for o in obs for n in o.notes]
     missing = list(dict.fromkeys(m for o in base for m in o.missing))
-    cpu, alpha_known, phi_known = _fit_cpu(base, main_cpu_cores, contention, cpu_fraction)
+    template, phi_measured, sched_notes = _sched_cpu(base, main_cpu_cores, cpu_fraction) if sched \
+        else (CpuModel(main_cpu_cores), None, [])
+    notes += sched_notes
+    cpu, alpha_known, phi_known = _fit_cpu(base, template, contention,
+                                           cpu_fraction if phi_measured is None else phi_measured)
+    phi_known = phi_known or phi_measured is not None
     for o in obs:
         s = o.summary
         s.cpu_stretch = cpu.stretch(s.busy_workers, s.cpus, _main_busy(s)) if s.num_workers > 0 else 1.0
@@ -172,7 +182,8 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         arrive_latency_ms=_median_of(base, "arrive_latency_ns", 60_000) / 1e6,
         free_gap_ms=_median_of(base, "free_gap_ns", 5_000) / 1e6,
         contention=cpu.contention, contention_identified=alpha_known, cpu_fraction=cpu.cpu_fraction,
-        cpu_fraction_identified=phi_known, main_cpu_cores=main_cpu_cores,
+        cpu_fraction_identified=phi_known, main_cpu_cores=cpu.main_cpu_cores,
+        cpu_capacity=cpu.capacity, main_cpu_measured=cpu.main_measured,
         traced=obs[0].summary, epoch_batches=epoch_batches,
         epoch_gap_per_worker_ms=epoch_gap_per_worker_ms, epoch_gap0_ms=epoch_gap0_ms,
         epoch_boot_ms=epoch_boot_ms,
@@ -240,7 +251,50 @@ def _median_of(obs: list[Observation], attr: str, default: float) -> float:
 WITHIN_RUN_SPAN = 0.3  # workers at once: the least span of one run's own levels that fits contention
 
 
-def _fit_cpu(obs: list[Observation], main_cpu_cores: float, contention: float | None,
+SCHED_SHORTAGE = 0.03  # run-queue delay per ns on a CPU above which a run's CPUs were short (capacity fitted)
+
+
+def _sched_cpu(obs: list[Observation], main_cpu_cores: float,
+               cpu_fraction: float | None) -> tuple[CpuModel, float | None, list[str]]:
+    """(the CPU model's template, the measured CPU fraction or None, notes) from the scheduler's view of the
+    runs (format >= 4 on Linux: each fetch's run-queue delay and CPU time, the main process's CPU use).
+
+    Where every run with workers carries it, nothing about the CPUs is assumed: a worker's uncontended time is
+    its fetch less its run-queue delay, of which its CPU time is the CPU fraction; the main process uses what
+    it measured; and the capacity (CPUs' worth of work one CPU did: hyper-threads share a core, other
+    processes take their part) is what makes processor sharing give the run-queue delay the runs met:
+    ``(cpu_fraction * busy + main) / (capacity * cpus) = 1 + runq / cpu``. Elsewhere: the assumptions of the
+    module doc (capacity 1, the main process ``main_cpu_cores`` while not waiting)."""
+    runs = [o.summary for o in obs if o.summary.num_workers > 0]
+    if not runs or any(s.sched_cpu_ns is None or not s.sched_cpu_ns for s in runs):
+        return CpuModel(main_cpu_cores), None, []
+    uncontended = [max(s.sched_prep_ns - s.sched_runq_ns, 1.0) for s in runs]
+    phi = float(sum(s.sched_cpu_ns for s in runs) / sum(uncontended))
+    phi = min(max(phi, 0.0), 1.0) if cpu_fraction is None else cpu_fraction
+    measured_main = all(s.main_cpu_cores is not None for s in runs)
+    mains = [s.main_cpu_cores if measured_main else main_cpu_cores * _main_busy(s) for s in runs]
+    caps = []
+    for s, main in zip(runs, mains, strict=True):
+        if not s.cpus:
+            continue
+        ps = 1.0 + s.sched_runq_ns / s.sched_cpu_ns
+        load = phi * s.busy_workers + main
+        if ps > 1.0 + SCHED_SHORTAGE:
+            caps.append(min(max(load / (s.cpus * ps), 0.2), 1.0))
+        elif load > s.cpus:  # no CPU shortage met where the assumptions see one: at least that much capacity
+            caps.append(min(load / s.cpus, 2.0))
+    capacity = float(np.median(caps)) if caps else 1.0
+    main = float(np.median(mains)) if measured_main else main_cpu_cores
+    waited = sum(s.sched_runq_ns for s in runs) / sum(s.sched_prep_ns for s in runs)
+    notes = [f"the scheduler's view: workers waited for a CPU {waited:.0%} of their fetch time, on a CPU "
+             f"{phi:.0%} of the rest (CPU fraction); "
+             + (f"the main process used {main:.2f} CPUs; " if measured_main else "")
+             + f"capacity {capacity:.2f} CPUs' worth a CPU" + ("" if caps else " (no CPU shortage met: assumed)")]
+    template = CpuModel(main, 0.0, phi, capacity, measured_main)
+    return template, (phi if cpu_fraction is None else None), notes
+
+
+def _fit_cpu(obs: list[Observation], template: CpuModel, contention: float | None,
              cpu_fraction: float | None) -> tuple[CpuModel, bool, bool]:
     """Contention and CPU fraction that make the runs' per-item times one uncontended time.
 
@@ -260,7 +314,7 @@ def _fit_cpu(obs: list[Observation], main_cpu_cores: float, contention: float | 
     if within:  # one run: its own levels of workers busy at once stand for runs at other worker counts
         s = one[0].summary
         runs = [(c, s.cpus, _main_busy(s), ms) for c, ms, _ in one[0].levels]
-    full = CpuModel(main_cpu_cores)
+    full = template
     ps = [full.stretch(b, c, m) for b, c, m, _ in runs]
     running = [r[0] / p for r, p in zip(runs, ps, strict=True)]
     can_phi = len(runs) >= 2 and max(ps) - min(ps) >= 0.2 and not within  # one run: the same CPUs at every level
@@ -270,13 +324,13 @@ def _fit_cpu(obs: list[Observation], main_cpu_cores: float, contention: float | 
     phis = [cpu_fraction] if cpu_fraction is not None else (np.linspace(0, 1, 41) if can_phi else [1.0])
     alphas = [contention] if contention is not None else (np.linspace(0, 1, 201) if can_alpha else [0.0])
     if len(phis) * len(alphas) == 1:
-        return CpuModel(main_cpu_cores, float(alphas[0]), float(phis[0])), contention is not None, \
-            cpu_fraction is not None
+        return replace(template, contention=float(alphas[0]), cpu_fraction=float(phis[0])), \
+            contention is not None, cpu_fraction is not None
     y = np.log([r[3] for r in runs])
     best, best_loss = None, np.inf
     for phi in phis:
         for alpha in alphas:
-            cpu = CpuModel(main_cpu_cores, float(alpha), float(phi))
+            cpu = replace(template, contention=float(alpha), cpu_fraction=float(phi))
             u = y - np.log([cpu.stretch(b, c, m) for b, c, m, _ in runs])
             loss = float(np.var(u)) + 1e-9 * (abs(1 - phi) + alpha)  # ties: the default assumptions
             if loss < best_loss:

@@ -260,3 +260,31 @@ def measured_rate(batches, loaders: dict, loader: int, ranks: int
 
 __all__ = ["arrive_latency", "busy_workers", "concurrency_levels", "epoch_restarts", "handoff", "int_or_none",
            "measured_rate", "rereads", "steps", "wait_shares", "worker_latencies"]
+
+
+def sched_sums(b, have) -> tuple[float, float, float] | None:
+    """(fetch ns, run-queue ns, on-CPU ns) summed over the batches whose fetch carries the scheduler's view
+    (``runq_ns``/``prep_cpu_ns``, format >= 4 on Linux); None when none does."""
+    prep, runq, cpu = _f64(b["prep_dur_ns"]), _f64(b["runq_ns"]), _f64(b["prep_cpu_ns"])
+    ok = have & np.isfinite(prep) & np.isfinite(runq) & np.isfinite(cpu) & (prep > 0)
+    if ok.sum() < 10:
+        return None
+    return float(prep[ok].sum()), float(runq[ok].sum()), float(cpu[ok].sum())
+
+
+def main_cpu_cores(ev, loader: int) -> float | None:
+    """The main process's CPU use in cores (all its threads) from its ``main_cpu`` records of ``loader``: the
+    CPU between the second and the last record of each rank over the time between them (the first is taken
+    at the loader's first hand-off, with the start-up's CPU before it), averaged over ranks; None with
+    fewer than three records in every rank."""
+    if "name" not in ev or not (ev["name"] == "main_cpu").any():
+        return None
+    rows = ev[(ev["name"] == "main_cpu").to_numpy() & (ev["loader"].to_numpy() == loader)]
+    cores = []
+    for _, g in rows.groupby("rank"):
+        t = g["start_ns"].to_numpy(np.int64)
+        order = np.argsort(t, kind="stable")
+        t, cpu = t[order], g["arg"].to_numpy(np.int64)[order]
+        if len(t) >= 3 and t[-1] > t[1] and cpu[-1] >= cpu[1]:
+            cores.append((cpu[-1] - cpu[1]) / (t[-1] - t[1]))
+    return float(np.mean(cores)) if cores else None

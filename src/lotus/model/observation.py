@@ -57,7 +57,7 @@ class Observation:
 MODEL_COLUMNS = ["rank", "loader", "epoch", "batch_id", "worker_id", "dispatch_ns", "prep_start_ns", "prep_dur_ns",
                  "prep_end_ns", "n_samples", "collate_dur_ns", "put_dur_ns", "failed", "arrive_ns", "pin_dur_ns",
                  "wait_start_ns", "wait_dur_ns", "buffered", "consumed_ns", "step_dur_ns", "queue_ns", "gpu_step_ns",
-                 "detail"]
+                 "detail", "runq_ns", "prep_cpu_ns"]
 
 
 def _i64(s, fill=-1) -> np.ndarray:
@@ -124,6 +124,10 @@ def observe(run: RunTrace) -> Observation:
     wait_share, steady_wait = measures.wait_shares(src.cols(["rank", "loader", "epoch", "failed", "wait_start_ns",
                                                              "wait_dur_ns", "consumed_ns"]))
 
+    sched = measures.sched_sums(src.cols(["prep_dur_ns", "runq_ns", "prep_cpu_ns"]), have) \
+        if nw > 0 and src.has("runq_ns") else None
+    main_cores = measures.main_cpu_cores(run.events, loader)
+
     # per-batch sums of per-sample events, op durations, dispatches and re-reads, matched on the batch key
     ev = run.events
     if op_engine(ev) is None:
@@ -161,7 +165,9 @@ def observe(run: RunTrace) -> Observation:
         ranks=len(ranks), batches=int(have.sum()), cache_state=run.cache_state or "warm",
         samples_per_s=rate, samples_per_s_ci95=rate_ci, samples_per_s_note=rate_note, wait_share=wait_share,
         steady_wait_share=steady_wait, busy_workers=busy, sample_ms=sample_ms,
-        dataset_len=measures.int_or_none(desc.get("dataset_len")), sampler=desc.get("sampler"))
+        dataset_len=measures.int_or_none(desc.get("dataset_len")), sampler=desc.get("sampler"),
+        sched_prep_ns=sched[0] if sched else None, sched_runq_ns=sched[1] if sched else None,
+        sched_cpu_ns=sched[2] if sched else None, main_cpu_cores=main_cores)
     if desc.get("in_order") is False or desc.get("delivery_order") not in (None, "in_order"):
         notes.append(f"{run.name}: the loader does not deliver in order; the model simulates in-order delivery")
     return Observation(
@@ -196,7 +202,10 @@ def _items(d, src, n, prep, have, missing):
     del s_sum, s_cnt, l_sum, _l_cnt, t_sum, zeros
     collate = np.nan_to_num(_f64(src.cols(["collate_dur_ns"])["collate_dur_ns"]))
     prep_f = np.where(have, prep, np.nan)
-    items = np.where(items > 0, items, np.maximum(prep_f - collate, 0))
+    # a batch's items never take longer than its fetch less its collation: where they would (a batch without
+    # per-sample records, estimated at the detail batches' cost a sample, which carries their records' own
+    # cost and their contention), the fetch's measured time holds and the estimate is capped to it
+    items = np.where(items > 0, np.minimum(items, np.maximum(prep_f - collate, 0)), np.maximum(prep_f - collate, 0))
     other = np.maximum(prep_f - items - collate, 0)
     return items, load, (collate, other)
 

@@ -57,6 +57,11 @@ class RunSummary:
     sampler: str | None = None
     samples_per_s_ci95: tuple[float, float] | None = None  # 95% interval of samples_per_s
     samples_per_s_note: str | None = None  # the measure's note (an interval wider than the target, a short window)
+    # the scheduler's view (format >= 4 on Linux; None before): sums over the batches that carry it
+    sched_prep_ns: float | None = None  # fetch wall time of those batches
+    sched_runq_ns: float | None = None  # of it, runnable but waiting for a CPU
+    sched_cpu_ns: float | None = None  # of it, on a CPU
+    main_cpu_cores: float | None = None  # the main process's CPU use (all threads), cores, over the run's batches
 
 
 @dataclass
@@ -106,7 +111,7 @@ class PipelineModel:
     contention_identified: bool  # True when runs at different concurrency fixed it
     cpu_fraction: float  # share of worker time that needs a CPU (1: all of it, the assumption)
     cpu_fraction_identified: bool  # True when runs at different CPU shares fixed it
-    main_cpu_cores: float  # CPU the main process is assumed to use
+    main_cpu_cores: float  # CPU the main process uses (assumed, or measured: main_cpu_measured)
     traced: RunSummary  # the first run: defaults for predict
     epoch_batches: int | None = None  # batches per epoch at the traced batch size (None: no restart seen)
     # an epoch's restart (previous epoch's last hand-off -> first dispatch): without workers, and per worker
@@ -119,6 +124,8 @@ class PipelineModel:
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     measured: Measured | None = field(default=None, repr=False)
+    cpu_capacity: float = 1.0  # CPUs' worth of work one CPU did in the runs (from their run-queue delays)
+    main_cpu_measured: bool = False  # main_cpu_cores measured by the trace (main_cpu events)
 
     def predict(self, num_workers: int, cpus: float | None, batch_size: int | None = None,
                 cache_hit_rate: float | None = None, prefetch_factor: int | None = None, **kwargs) -> Prediction:
@@ -141,7 +148,8 @@ class PipelineModel:
         """The fitted :class:`lotus.sim.CpuModel`."""
         from lotus.sim import CpuModel
 
-        return CpuModel(self.main_cpu_cores, self.contention, self.cpu_fraction)
+        return CpuModel(self.main_cpu_cores, self.contention, self.cpu_fraction, self.cpu_capacity,
+                        self.main_cpu_measured)
 
     @property
     def cold_extra_ms(self) -> float | None:

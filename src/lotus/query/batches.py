@@ -44,6 +44,9 @@ delay_ns            consumed_ns - prep_end_ns: ready but not yet used
 queue_ns            arrive_ns - prep_end_ns: in flight from worker to main
 detail              the batch carries per-sample/per-op records (a detail batch: format >= 2 flags
                     it on its fetch; earlier traces: every batch with per-sample events)
+runq_ns             the worker thread's time runnable but waiting for a CPU during the fetch (format
+                    >= 4 on Linux; NA elsewhere): the CPU contention the batch met
+prep_cpu_ns         the worker thread's time on a CPU during the fetch (format >= 4 on Linux)
 =================== =========================================================================
 """
 
@@ -73,6 +76,7 @@ _PARTS: dict[str, dict[str, str]] = {
     "step": {"dur_ns": "step_dur_ns"},
     "gpu_wait": {"dur_ns": "gpu_wait_ns", "arg": "_gpu_wait_valid"},
     "gpu_step": {"dur_ns": "gpu_step_ns", "arg": "_gpu_step_valid"},
+    "runq": {"dur_ns": "runq_ns", "arg": "prep_cpu_ns"},
 }
 _SUMS = {"collate": "collate_dur_ns", "put": "put_dur_ns"}
 
@@ -80,7 +84,7 @@ BATCH_COLUMNS = [
     *KEY, "worker_id", "worker_pid", "dispatch_ns", "dispatch_worker", "prep_start_ns", "prep_dur_ns",
     "prep_end_ns", "n_samples", "collate_dur_ns", "put_dur_ns", "failed", "status", "arrive_ns", "pin_start_ns",
     "pin_dur_ns", "wait_start_ns", "wait_dur_ns", "buffered", "consumed_ns", "step_dur_ns", "delay_ns",
-    "queue_ns", "gpu_wait_ns", "gpu_step_ns", "detail",
+    "queue_ns", "gpu_wait_ns", "gpu_step_ns", "detail", "runq_ns", "prep_cpu_ns",
 ]
 STATUSES = ["ok", "failed"]
 OUTCOME_COLUMNS = [*KEY, "worker_id", "pid", "outcome", "start_ns", "dur_ns"]
@@ -213,6 +217,8 @@ def batches_from_joined(df, attrs, *, only_batches: bool = True, warn_clocks: bo
     if any_flagged is None:
         any_flagged = bool(flagged.any())
     out["detail"] = (flagged | has_samples | (not any_flagged)).astype(bool)
+    for c in ("runq_ns", "prep_cpu_ns"):
+        out[c] = col(c).astype("Int64")
     joined_attrs = df.attrs
     df = n = flags = wflags = has_samples = flagged = v = ok = None  # the joined parts: freed before the copies below
     out = out[BATCH_COLUMNS]

@@ -22,8 +22,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-FORMAT_VERSION = 3  # 2: per-sample detail by budget (fetch FETCH_DETAIL), one `sample` record per item;
-# 3: a num_workers=0 batch as one pair of packed records (PACKED_MAIN_BATCH, expanded by the readers)
+FORMAT_VERSION = 4  # 2: per-sample detail by budget (fetch FETCH_DETAIL), one `sample` record per item;
+# 3: a num_workers=0 batch as one pair of packed records (PACKED_MAIN_BATCH, expanded by the readers);
+# 4: the scheduler's view where Linux gives it: `runq` per worker batch, `main_cpu` every few batches
 MAGIC = b"LOTUSTR1"
 PREAMBLE = struct.Struct("<8sII")
 RECORD = struct.Struct("<hhiqqqqq")
@@ -154,6 +155,13 @@ BUILTIN_EVENTS: tuple[EventKind, ...] = (
               "a worker's fetch of batch_id found its IterableDataset exhausted: no batch was made "
               "(dur = time spent finding out); never a batch row"),
     EventKind(25, "workers_set", "marker", "num_workers='auto' chose arg workers for the epoch about to start"),
+    EventKind(26, "runq", "batch",
+              "the worker's thread during its fetch of batch_id (start = the fetch's start): dur = time it was "
+              "runnable but waiting for a CPU (run-queue delay), arg = time it ran on a CPU (Linux schedstat)"),
+    EventKind(27, "main_cpu", "marker",
+              "main process CPU so far (instant, every MAIN_CPU_EVERY hand-offs of a loader with workers): "
+              "arg = CPU ns of all its threads, "
+              "sample = the loop thread's run-queue delay ns so far (-1: unknown), batch_id = the batch handed off"),
 )
 
 EVENTS_BY_NAME: dict[str, EventKind] = {e.name: e for e in BUILTIN_EVENTS}
@@ -187,6 +195,9 @@ EV_GPU_MEM_CLOCK = 22
 EV_USER_STEP = 23
 EV_EXHAUSTED = 24
 EV_WORKERS_SET = 25
+EV_RUNQ = 26
+EV_MAIN_CPU = 27
+MAIN_CPU_EVERY = 16  # hand-offs of a loader between two main_cpu records (its first hand-off records one)
 
 # Keys of the JSON header.
 HEADER_KEYS = {

@@ -1,0 +1,93 @@
+"""The scheduler's view (trace format 4): lotus.dataloader.schedstat, the worker's `runq` records and the
+main process's `main_cpu` records, read back as the batches' runq_ns/prep_cpu_ns."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lotus.dataloader.schedstat import PATH, ThreadSched
+
+HAVE = Path(PATH).exists()
+needs_schedstat = pytest.mark.skipif(not HAVE, reason="no /proc/thread-self/schedstat here")
+
+
+@needs_schedstat
+def test_a_thread_reads_its_own_cpu_time():
+    s = ThreadSched()
+    cpu0, runq0 = s.read()
+    end = time.thread_time_ns() + 30_000_000
+    while time.thread_time_ns() < end:
+        pass
+    time.sleep(0.05)  # sleeping is not CPU time
+    cpu1, runq1 = s.read()
+    assert 25_000_000 <= cpu1 - cpu0 <= 70_000_000 and runq1 >= runq0
+
+
+@needs_schedstat
+def test_the_descriptor_stays_with_the_thread_that_opened_it():
+    s = ThreadSched()
+    before = s.read()[0]
+    got = []
+
+    def other():
+        end = time.thread_time_ns() + 30_000_000
+        while time.thread_time_ns() < end:
+            pass
+        got.append(s.read()[0])
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert got[0] - before < 20_000_000  # the other thread's 30 ms are not the opener's
+
+
+def test_without_procfs_it_reads_nothing(tmp_path):
+    s = ThreadSched(str(tmp_path / "absent"))
+    assert s.fd == -1 and s.read() is None
+    bad = tmp_path / "bad"
+    bad.write_text("not numbers\n")
+    s = ThreadSched(str(bad))
+    assert s.read() is None and s.fd == -1  # a file it cannot parse: closed, and nothing from then on
+
+
+@needs_schedstat
+@pytest.mark.timeout(120)
+def test_a_traced_run_records_each_fetch_and_the_main_process(tmp_path):
+    from lotus.dataloader import DataLoader
+    from lotus.query import load_batches
+    from lotus.trace import load_events
+    from lotus.trace import schema as S
+    from tests.dataloader.datasets import SpinDS
+
+    loader = DataLoader(SpinDS(96, ms=1.0, sleep_ms=1.0), batch_size=4, num_workers=2, trace_dir=tmp_path)
+    for _ in range(2):
+        for _ in loader:
+            pass
+    del loader
+    b = load_batches(tmp_path)
+    assert len(b) == 48 and b["runq_ns"].notna().all() and b["prep_cpu_ns"].notna().all()
+    prep, runq, cpu = (b[c].to_numpy(np.int64) for c in ("prep_dur_ns", "runq_ns", "prep_cpu_ns"))
+    assert (runq >= 0).all() and (cpu > 0).all() and (runq + cpu <= prep + 1_000_000).all()
+    # 4 items of 1 ms CPU + 1 ms sleep: about 4 ms on a CPU out of at least 8 ms
+    assert 3.5e6 <= np.median(cpu) <= 8e6 and (prep >= 8e6).all()
+    ev = load_events(tmp_path)
+    m = ev[ev["name"] == "main_cpu"].sort_values("start_ns")
+    assert len(m) == -(-48 // S.MAIN_CPU_EVERY)  # every 16 of the loader's hand-offs (its first included)
+    assert (np.diff(m["arg"].to_numpy()) >= 0).all() and (m["sample"] >= 0).all()
+
+
+@pytest.mark.timeout(120)
+def test_without_workers_nothing_of_it_is_written(tmp_path):
+    from lotus.dataloader import DataLoader
+    from lotus.trace import load_events
+    from tests.dataloader.datasets import SpinDS
+
+    for _ in DataLoader(SpinDS(32, ms=0.1), batch_size=4, trace_dir=tmp_path):
+        pass
+    ev = load_events(tmp_path)
+    assert not ev["name"].isin(["runq", "main_cpu"]).any()
