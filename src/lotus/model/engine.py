@@ -132,20 +132,41 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
     step = steps[(rng.integers(0, len(steps)) + np.arange(n_batches)) % len(steps)]
     consumer_ns = float(step.mean() + handoff.mean())
     out.step_samples_per_s = bs / consumer_ns * 1e9
-    lat = Latencies(start_ns=int(model.start_latency_ms * 1e6), free_gap_ns=int(gap),
-                    arrive_ns=int(model.arrive_latency_ms * 1e6), first_dispatch_gap_ns=0, first_request_gap_ns=0,
-                    dispatch_in_wait_ns=0, next_dispatch_gap_ns=0)
     warm = min(2 * pf * max(nw, 1), n_batches // 4)
-    times, s = run_with_cpus(prep, step, n_workers=nw, cpus=cpus, cpu=model.cpu, first=warm, prefetch_factor=pf,
-                             dispatch_dur_ns=dispatch, ready_wait_ns=handoff, late_wait_ns=handoff, lat=lat,
-                             pin_ns=pin)
-    cons = times.consumed_ns
-    span = float(cons[-1] - cons[warm])
-    rate = bs * (len(cons) - 1 - warm) / span * 1e9
-    wait_share = float(times.wait_dur_ns[warm + 1:].sum()) / span
+
+    def simulate(arrive_ns: float):
+        lat = Latencies(start_ns=int(model.start_latency_ms * 1e6), free_gap_ns=int(gap), arrive_ns=int(arrive_ns),
+                        first_dispatch_gap_ns=0, first_request_gap_ns=0, dispatch_in_wait_ns=0,
+                        next_dispatch_gap_ns=0)
+        times, s = run_with_cpus(prep, step, n_workers=nw, cpus=cpus, cpu=model.cpu, first=warm, prefetch_factor=pf,
+                                 dispatch_dur_ns=dispatch, ready_wait_ns=handoff, late_wait_ns=handoff, lat=lat,
+                                 pin_ns=pin)
+        cons = times.consumed_ns
+        span = float(cons[-1] - cons[warm])
+        rate = bs * (len(cons) - 1 - warm) / span * 1e9
+        wait_share = float(times.wait_dur_ns[warm + 1:].sum()) / span
+        epoch = _epoch_cycle(model, bs, nw, cpus, pf, rate, wait_share, handoff, dispatch, pin, lat, seed,
+                             cache_hit_rate)
+        return s, span, rate, wait_share, epoch
+
+    arrive = model.arrive_latency_ms * 1e6
+    s, span, rate, wait_share, epoch = simulate(arrive)
+    service = (model.handoff_service_ms or 0.0) * 1e6
+    if nw > 0 and service > 0:  # the hand-off's latency at this rate (lotus.model.handoff): to the fixed point
+        from lotus.model.handoff import wait_ns
+
+        for _ in range(6):
+            whole = epoch[0] if epoch is not None else rate
+            nxt = 0.5 * arrive + 0.5 * wait_ns(service, whole / bs)
+            if abs(nxt - arrive) <= 0.02 * max(arrive, 1e6):
+                break
+            arrive = nxt
+            s, span, rate, wait_share, epoch = simulate(arrive)
+        out.notes.append(f"worker -> main hand-off {_ms(arrive / 1e6)} ms at this rate (traced "
+                         f"{_ms(model.arrive_latency_ms)} ms; the main process a queue of {_ms(service / 1e6)} ms "
+                         "a batch)")
     out.cpu_stretch = s
     out.busy_workers = float(prep[warm:].sum() * s / span) if nw > 0 else None
-    epoch = _epoch_cycle(model, bs, nw, cpus, pf, rate, wait_share, handoff, dispatch, pin, lat, seed, cache_hit_rate)
     if epoch is not None:
         out.within_epoch_samples_per_s = rate
         rate, wait_share, note = epoch
@@ -162,6 +183,11 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
     if cache_hit_rate is None and model.traced.cache_state == "warm":
         out.notes.append("page cache as in the traced run")
     return out
+
+
+def _ms(v: float) -> str:
+    """Milliseconds for a note: whole ones from 10 on, two significant digits below."""
+    return f"{v:,.0f}" if v >= 10 else f"{v:.2g}"
 
 
 EPOCH_SIM_CAP = 2000  # batches of an epoch simulated from its start; the rest at the steady rate

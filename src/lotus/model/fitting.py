@@ -180,6 +180,7 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         pin_ms=Dist.of_ns(measured.pin_ns) if measured.pin_ns is not None else None,
         start_latency_ms=_median_of(base, "start_latency_ns", 50_000) / 1e6,
         arrive_latency_ms=_median_of(base, "arrive_latency_ns", 60_000) / 1e6,
+        handoff_service_ms=_handoff_service_ms(base),
         free_gap_ms=_median_of(base, "free_gap_ns", 5_000) / 1e6,
         contention=cpu.contention, contention_identified=alpha_known, cpu_fraction=cpu.cpu_fraction,
         cpu_fraction_identified=phi_known, main_cpu_cores=cpu.main_cpu_cores,
@@ -189,6 +190,17 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         epoch_boot_ms=epoch_boot_ms,
         runs=[o.summary for o in obs], base_state="warm" if warm else "cold",
         missing=missing, notes=list(dict.fromkeys(notes)), measured=measured)
+
+
+def _handoff_service_ms(obs: list[Observation]) -> float | None:
+    """The main process's time per hand-off (ms; :mod:`lotus.model.handoff`): the median over the runs with
+    workers of what each one's arrive latency at its own batch rate gives; None when none tells."""
+    from lotus.model.handoff import service_ns
+
+    got = [service_ns(o.arrive_latency_ns, o.summary.samples_per_s / o.summary.batch_size)
+           for o in obs if o.summary.num_workers > 0 and o.summary.samples_per_s]
+    got = [g for g in got if g]
+    return float(np.median(got)) / 1e6 if got else None
 
 
 def _unstretched(a: np.ndarray, stretch: float) -> np.ndarray:

@@ -125,6 +125,9 @@ class PipelineModel:
     notes: list[str] = field(default_factory=list)
     measured: Measured | None = field(default=None, repr=False)
     cpu_capacity: float = 1.0  # CPUs' worth of work one CPU did in the runs (from their run-queue delays)
+    # the main process as one server of the hand-offs: its time per batch (ms), from the runs' arrive latency
+    # and batch rate (lotus.model.handoff); None: the arrive latency is taken as fixed
+    handoff_service_ms: float | None = None
     main_cpu_measured: bool = False  # main_cpu_cores measured by the trace (main_cpu events)
 
     def predict(self, num_workers: int, cpus: float | None, batch_size: int | None = None,
