@@ -55,14 +55,9 @@ def _timed_item(rec: Recorder, get, arg, sample: int):
     t1 = mono()
     rec.in_sample = False
     try:
-        tf0 = rec.tf_start
-        if not tf0 and itt is not None:
+        if not rec.tf_start and itt is not None:
             itt.end()
-        w = rec.w
-        w.buf += w.pack(S.EV_SAMPLE, rec.loader, rec.epoch, t0, t1 - t0, rec.batch, sample,
-                        tf0 - t0 if tf0 else S.NO_ID)
-        rec.nsamp += 1
-        rec.sample = S.NO_ID
+        rec.end_sample(t0, t1, sample)
     except Exception as exc:
         rec.fail("sample", exc)
     return item
@@ -170,7 +165,7 @@ class SampleProxy:
             return self._ds[idx]
         if rec.itt is not None:
             return _timed_item(rec, self._ds.__getitem__, idx, _index_of(idx))
-        # _timed_item inlined (the per-sample hot path of num_workers=0 in a detail batch)
+        # _timed_item without ITT, inlined (the per-sample hot path of num_workers=0 in a detail batch)
         sample = idx if type(idx) is int else _index_of(idx)
         rec.sample = sample
         rec.tf_start = 0
@@ -181,13 +176,8 @@ class SampleProxy:
         finally:
             rec.in_sample = False
         t1 = mono()
-        tf0 = rec.tf_start
         try:
-            w = rec.w
-            w.buf += w.pack(S.EV_SAMPLE, rec.loader, rec.epoch, t0, t1 - t0, rec.batch, sample,
-                            tf0 - t0 if tf0 else S.NO_ID)
-            rec.nsamp += 1
-            rec.sample = S.NO_ID
+            rec.end_sample(t0, t1, sample)
         except Exception as exc:
             rec.fail("sample", exc)
         return item

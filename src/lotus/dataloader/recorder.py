@@ -98,6 +98,16 @@ class Recorder:
         w = self.w
         w.buf += w.pack(name_id, self.loader, self.epoch, start_ns, dur_ns, batch, sample, arg)
 
+    def end_sample(self, t0: int, t1: int, sample: int) -> None:
+        """The ``sample`` record of the item that ran from ``t0`` to ``t1`` (``arg``: its load time, up to its
+        first transform at ``tf_start``; -1 when no transform ran)."""
+        tf0 = self.tf_start
+        w = self.w
+        w.buf += w.pack(S.EV_SAMPLE, self.loader, self.epoch, t0, t1 - t0, self.batch, sample,
+                        tf0 - t0 if tf0 else S.NO_ID)
+        self.nsamp += 1
+        self.sample = S.NO_ID
+
     def fail(self, where: str, exc: BaseException) -> None:
         """Switch recording off for good in this process; training continues."""
         self.on = False
