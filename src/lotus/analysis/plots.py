@@ -5,6 +5,7 @@ rendered with Agg when saved (:func:`save_figure`, PNG and SVG).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -175,11 +176,68 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, formats=("png", "svg
     out.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     paths = []
-    for fmt in formats:
-        p = out / f"{name}.{fmt}"
-        fig.savefig(p, dpi=120)
-        paths.append(p)
+    with drawing():
+        for fmt in formats:
+            p = out / f"{name}.{fmt}"
+            fig.savefig(p, dpi=120)
+            paths.append(p)
     return paths
+
+
+# matplotlib's Legend._auto_legend_data as of 3.5-3.11 (what loc="best", the default, weighs the legend's
+# places with): the points of every collection as a list of one (x, y) array each (~130 bytes a point of a
+# scatter, converted back into one array for each of the 9 places tried). _legend_data gives the same
+# points as one array: the same counts, the same place, the same bytes drawn, ~16 bytes a point.
+_KNOWN_AUTO_LEGEND_DATA = "offsets.extend(transOffset.transform(hoffsets))"
+
+
+def _legend_data(self, renderer):
+    from matplotlib.collections import Collection, PolyCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.text import Text
+
+    bboxes, lines, offsets = [], [], []
+    for artist in self.parent._children:
+        if isinstance(artist, Line2D):
+            lines.append(artist.get_transform().transform_path(artist.get_path()))
+        elif isinstance(artist, Rectangle):
+            bboxes.append(artist.get_bbox().transformed(artist.get_data_transform()))
+        elif isinstance(artist, Patch):
+            lines.append(artist.get_transform().transform_path(artist.get_path()))
+        elif isinstance(artist, PolyCollection):
+            lines.extend(artist.get_transform().transform_path(path) for path in artist.get_paths())
+        elif isinstance(artist, Collection):
+            _transform, trans_offset, hoffsets, _ = artist._prepare_points()
+            if len(hoffsets):
+                offsets.append(np.asarray(trans_offset.transform(hoffsets)).reshape(-1, 2))
+        elif isinstance(artist, Text):
+            bboxes.append(artist.get_window_extent(renderer))
+    return bboxes, lines, np.concatenate(offsets) if offsets else []
+
+
+@contextlib.contextmanager
+def drawing():
+    """While figures are drawn: the legend's "best" place weighed on the collections' points as one array
+    (:func:`_legend_data`), where matplotlib's own code is the one it replaces (else untouched)."""
+    import inspect
+
+    from matplotlib.legend import Legend
+
+    orig = Legend._auto_legend_data
+    try:
+        known = (_KNOWN_AUTO_LEGEND_DATA in inspect.getsource(orig)
+                 and list(inspect.signature(orig).parameters) == ["self", "renderer"])
+    except (OSError, TypeError, ValueError):
+        known = False
+    if not known:
+        yield
+        return
+    Legend._auto_legend_data = _legend_data
+    try:
+        yield
+    finally:
+        Legend._auto_legend_data = orig
 
 
 def safe_name(text: str) -> str:
@@ -187,18 +245,38 @@ def safe_name(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).strip("_") or "run"
 
 
+def _trimmed(fig=None):
+    """``fig``, once the figures no longer referenced are collected (a figure is a cycle of objects: only the
+    cycle collector frees it, and one of every batch holds ~100 bytes a point) and what was freed is handed
+    back to the OS (glibc keeps it otherwise). Called before a figure of every batch is made and after: a
+    caller that drops each figure once drawn (``del fig``) makes and draws the next without it."""
+    import gc
+
+    from lotus.trace.original import release_freed_memory
+
+    gc.collect()
+    release_freed_memory()
+    return fig
+
+
 def all_figures(configs, *, remove_outliers: bool = False, sort: str = "batch_id"):
     """``(file name, Figure)`` pairs of every figure for ``configs`` (:class:`~lotus.analysis.runs.Config`
-    list): cross-config figures first, then wait, delay and worker timeline per config."""
+    list): cross-config figures first, then wait, delay and worker timeline per config. Made one at a time:
+    a caller that drops each once drawn holds one figure at a time (:func:`_trimmed`)."""
     from lotus.analysis import plotdata as pdata
 
-    batches = [(c.name, c.batches) for c in configs]
+    # a scanned run's compact table (summary_batches): each frame made of the columns it reads, one at a time
+    batches = ((c.name, c.summary_batches) for c in configs)
     events = [(c.name, c.events) for c in configs]
-    yield "preprocessing_box", preprocessing_box(pdata.preprocessing_frame(batches, remove_outliers=remove_outliers))
+    yield "preprocessing_box", _trimmed(preprocessing_box(pdata.preprocessing_frame(batches,
+                                                                                    remove_outliers=remove_outliers)))
     yield "op_times", op_distributions(pdata.op_frame(events))
     yield "op_cpu_seconds", op_cpu_seconds(pdata.op_seconds_frame(events))
     for c in configs:
         tag = safe_name(c.name)
-        yield f"wait_{tag}", wait_plot(pdata.wait_frame(c.batches, sort=sort), sort=sort, title=c.name)
-        yield f"delay_{tag}", delay_plot(pdata.delay_frame(c.batches), title=c.name)
-        yield f"timeline_{tag}", worker_timeline(pdata.timeline_frame(c.batches), title=c.name)
+        b = c.summary_batches
+        _trimmed()
+        yield f"wait_{tag}", _trimmed(wait_plot(pdata.wait_frame(b, sort=sort), sort=sort, title=c.name))
+        _trimmed()
+        yield f"delay_{tag}", _trimmed(delay_plot(pdata.delay_frame(b), title=c.name))
+        yield f"timeline_{tag}", worker_timeline(pdata.timeline_frame(b), title=c.name)
