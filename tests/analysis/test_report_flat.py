@@ -133,3 +133,28 @@ def test_legend_place_the_same(n):
     assert Legend._auto_legend_data is orig  # put back
     if not swapped[0]:
         pytest.skip("this matplotlib's legend code is not the one drawing() replaces: left as it is")
+
+
+@pytest.mark.parametrize("sort", ["batch_id", "duration"])
+@pytest.mark.parametrize("seed", range(4))
+def test_sorted_order_is_sorted_table(sort, seed):
+    """The compact wait table's order (waitcore.sorted_order: lexsort / stable argsort, None where in order
+    already) is sort_values' (waitcore.sorted_table), ties and NaN included."""
+    import numpy as np
+    import pandas as pd
+
+    from lotus.analysis.waitcore import sorted_order, sorted_table
+
+    rng = np.random.default_rng(seed)
+    n = 200
+    cols = {"rank": rng.integers(0, 2, n), "loader": rng.integers(0, 2, n), "epoch": rng.integers(0, 3, n),
+            "batch_id": rng.integers(0, 20, n), "wait_ms": np.round(rng.random(n), 1)}
+    cols["wait_ms"][::17] = np.nan
+    cols["wait_ms"][::13] = -0.0
+    cols["tag"] = np.arange(n)
+    for c in (cols, {k: v[np.lexsort([cols[x] for x in ("batch_id", "epoch", "loader", "rank")])]
+                     for k, v in cols.items()}):
+        want = sorted_table(pd.DataFrame(c), sort)
+        order = sorted_order(c, sort)
+        got = pd.DataFrame(c if order is None else {k: v[order] for k, v in c.items()})
+        pd.testing.assert_frame_equal(got, want)
