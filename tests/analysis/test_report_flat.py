@@ -94,45 +94,27 @@ def test_frame_of_rows(frame_rows, straggler_run, monkeypatch):
         table.frame(cols, rows=np.ones(len(table) + 1, bool))
 
 
-@pytest.mark.parametrize("n", [0, 5, 3000])
-def test_legend_place_the_same(n):
-    """The legend's "best" place weighed on one array of the points (plots.drawing): the same PNG bytes."""
-    import io
-
+def test_a_scatter_of_more_batches_than_it_draws_keeps_every_long_one(monkeypatch):
+    """Past SCATTER_MAX_POINTS the wait and delay scatters draw every batch at or above the 500 ms line and
+    a stride of the others, and say so; below it, every batch (the fixtures' figures are unchanged)."""
     import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.legend import Legend
+    import pandas as pd
 
-    from lotus.analysis.plots import drawing
+    from lotus.analysis import plots
 
-    def png(patched):
-        rng = np.random.default_rng(n)
-        fig = Figure(figsize=(4, 3), layout="constrained")
-        ax = fig.add_subplot()
-        x = np.arange(n)
-        y = np.exp(rng.normal(size=n))
-        ax.scatter(x[: n // 2], y[: n // 2], s=8, label="a")
-        ax.scatter(x[n // 2:], y[n // 2:] * 50, s=8, label="b")
-        ax.axhline(5, ls="--", label="line")
-        ax.set_yscale("log")
-        ax.legend()
-        FigureCanvasAgg(fig)
-        buf = io.BytesIO()
-        if patched:
-            with drawing():
-                swapped.append(Legend._auto_legend_data is not orig)
-                fig.savefig(buf, format="png", dpi=60)
-        else:
-            fig.savefig(buf, format="png", dpi=60)
-        return buf.getvalue()
-
-    orig = Legend._auto_legend_data
-    swapped: list[bool] = []
-    assert png(True) == png(False)
-    assert Legend._auto_legend_data is orig  # put back
-    if not swapped[0]:
-        pytest.skip("this matplotlib's legend code is not the one drawing() replaces: left as it is")
+    monkeypatch.setattr(plots, "SCATTER_MAX_POINTS", 100)
+    rng = np.random.default_rng(0)
+    y = rng.uniform(1, 100, 1000)
+    y[[3, 500, 999]] = [600, 5000, 800]
+    keep, note = plots._thinned(y)
+    assert {3, 500, 999} <= set(keep.tolist()) and len(keep) <= 110 and "of 1,000 batches" in note
+    assert list(plots._thinned(y[:100])[0]) == list(range(100)) and plots._thinned(y[:100])[1] == ""
+    df = pd.DataFrame({"x": np.arange(1000), "wait_ms": y, "buffered": np.zeros(1000, bool)})
+    fig = plots.wait_plot(df)
+    drawn = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
+    assert drawn == len(keep) and "every" in fig.axes[0].get_xlabel()
+    fig = plots.delay_plot(df.rename(columns={"wait_ms": "delay_ms"}))
+    assert sum(len(c.get_offsets()) for c in fig.axes[0].collections) == len(keep)
 
 
 @pytest.mark.parametrize("sort", ["batch_id", "duration"])

@@ -9,12 +9,9 @@ import io
 def figure_png(fig) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from lotus.analysis.plots import drawing
-
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    with drawing():  # a legend's place among a million points: the same place, in less memory
-        fig.savefig(buf, format="png", dpi=100)
+    fig.savefig(buf, format="png", dpi=100)
     return buf.getvalue()
 
 

@@ -5,7 +5,6 @@ rendered with Agg when saved (:func:`save_figure`, PNG and SVG).
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
@@ -102,6 +101,23 @@ def op_cpu_seconds(df):
     return fig
 
 
+SCATTER_MAX_POINTS = 1_000_000  # a per-batch scatter draws at most about this many points (:func:`_thinned`)
+
+
+def _thinned(y: np.ndarray) -> tuple[np.ndarray, str]:
+    """(indices to draw, a note) of a per-batch scatter: every point up to :data:`SCATTER_MAX_POINTS`; past it,
+    every point at or above the 500 ms line and every k-th of the others (a million points already fill a
+    figure; drawing them is ~130 bytes a point while matplotlib places the legend)."""
+    n = len(y)
+    if n <= SCATTER_MAX_POINTS:
+        return np.arange(n), ""
+    high = y >= WAIT_LINE_MS
+    k = -(-int((~high).sum()) // max(SCATTER_MAX_POINTS - int(high.sum()), SCATTER_MAX_POINTS // 10))
+    low = np.flatnonzero(~high)[::k]
+    return np.sort(np.concatenate([np.flatnonzero(high), low])), \
+        f" (of {n:,} batches: all >= {WAIT_LINE_MS:.0f} ms, every {k:,}th of the others)"
+
+
 def wait_plot(df, *, sort: str = "batch_id", title: str = ""):
     """Wait per batch (log y) with a 500 ms line. ``df``: :func:`~lotus.analysis.plotdata.wait_frame`."""
     fig, ax = _figure()
@@ -114,10 +130,12 @@ def wait_plot(df, *, sort: str = "batch_id", title: str = ""):
         ax.plot(df["x"].to_numpy(), y, drawstyle="steps-mid", color=_COLORS["wait"], label="wait")
         ax.set_xlabel("batches, by decreasing wait")
     else:
-        ax.scatter(df["x"].to_numpy()[~buf], y[~buf], s=8, color=_COLORS["wait"], label="waited")
+        keep, note = _thinned(y)
+        x, y, buf = df["x"].to_numpy()[keep], y[keep], buf[keep]
+        ax.scatter(x[~buf], y[~buf], s=8, color=_COLORS["wait"], label="waited")
         if buf.any():
-            ax.scatter(df["x"].to_numpy()[buf], y[buf], s=8, color="0.5", label="already buffered")
-        ax.set_xlabel("batch (consumption order)")
+            ax.scatter(x[buf], y[buf], s=8, color="0.5", label="already buffered")
+        ax.set_xlabel("batch (consumption order)" + note)
     ax.axhline(WAIT_LINE_MS, color="k", ls="--", lw=1, label="500 ms")
     ax.set_yscale("log")
     ax.set_ylabel("training loop wait (ms, log scale)")
@@ -133,10 +151,12 @@ def delay_plot(df, *, title: str = ""):
     if df.empty:
         _empty(ax, "delay unknown (no consumption events)")
         return fig
-    ax.scatter(df["x"].to_numpy(), np.maximum(df["delay_ms"].to_numpy(), 1e-3), s=8, color="#8172B2")
+    y = np.maximum(df["delay_ms"].to_numpy(), 1e-3)
+    keep, note = _thinned(y)
+    ax.scatter(df["x"].to_numpy()[keep], y[keep], s=8, color="#8172B2")
     ax.axhline(WAIT_LINE_MS, color="k", ls="--", lw=1, label="500 ms")
     ax.set_yscale("log")
-    ax.set_xlabel("batch (consumption order)")
+    ax.set_xlabel("batch (consumption order)" + note)
     ax.set_ylabel("delay: ready until consumed (ms, log scale)")
     ax.set_title(f"Delay of each batch{' - ' + title if title else ''}")
     ax.legend(fontsize="small")
@@ -176,68 +196,11 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, formats=("png", "svg
     out.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     paths = []
-    with drawing():
-        for fmt in formats:
-            p = out / f"{name}.{fmt}"
-            fig.savefig(p, dpi=120)
-            paths.append(p)
+    for fmt in formats:
+        p = out / f"{name}.{fmt}"
+        fig.savefig(p, dpi=120)
+        paths.append(p)
     return paths
-
-
-# matplotlib's Legend._auto_legend_data as of 3.5-3.11 (what loc="best", the default, weighs the legend's
-# places with): the points of every collection as a list of one (x, y) array each (~130 bytes a point of a
-# scatter, converted back into one array for each of the 9 places tried). _legend_data gives the same
-# points as one array: the same counts, the same place, the same bytes drawn, ~16 bytes a point.
-_KNOWN_AUTO_LEGEND_DATA = "offsets.extend(transOffset.transform(hoffsets))"
-
-
-def _legend_data(self, renderer):
-    from matplotlib.collections import Collection, PolyCollection
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch, Rectangle
-    from matplotlib.text import Text
-
-    bboxes, lines, offsets = [], [], []
-    for artist in self.parent._children:
-        if isinstance(artist, Line2D):
-            lines.append(artist.get_transform().transform_path(artist.get_path()))
-        elif isinstance(artist, Rectangle):
-            bboxes.append(artist.get_bbox().transformed(artist.get_data_transform()))
-        elif isinstance(artist, Patch):
-            lines.append(artist.get_transform().transform_path(artist.get_path()))
-        elif isinstance(artist, PolyCollection):
-            lines.extend(artist.get_transform().transform_path(path) for path in artist.get_paths())
-        elif isinstance(artist, Collection):
-            _transform, trans_offset, hoffsets, _ = artist._prepare_points()
-            if len(hoffsets):
-                offsets.append(np.asarray(trans_offset.transform(hoffsets)).reshape(-1, 2))
-        elif isinstance(artist, Text):
-            bboxes.append(artist.get_window_extent(renderer))
-    return bboxes, lines, np.concatenate(offsets) if offsets else []
-
-
-@contextlib.contextmanager
-def drawing():
-    """While figures are drawn: the legend's "best" place weighed on the collections' points as one array
-    (:func:`_legend_data`), where matplotlib's own code is the one it replaces (else untouched)."""
-    import inspect
-
-    from matplotlib.legend import Legend
-
-    orig = Legend._auto_legend_data
-    try:
-        known = (_KNOWN_AUTO_LEGEND_DATA in inspect.getsource(orig)
-                 and list(inspect.signature(orig).parameters) == ["self", "renderer"])
-    except (OSError, TypeError, ValueError):
-        known = False
-    if not known:
-        yield
-        return
-    Legend._auto_legend_data = _legend_data
-    try:
-        yield
-    finally:
-        Legend._auto_legend_data = orig
 
 
 def safe_name(text: str) -> str:
