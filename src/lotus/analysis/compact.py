@@ -24,7 +24,7 @@ import numpy as np
 
 from lotus.analysis.describe import outlier_floor_ns
 from lotus.analysis.exactstats import Floats, describe, pairwise_sum, percentiles
-from lotus.analysis.waitcore import MS, hol_arrays, sorted_table, summary_dict
+from lotus.analysis.waitcore import MS, hol_arrays, sorted_order, summary_dict
 
 _log = logging.getLogger("lotus.analysis")
 
@@ -227,9 +227,16 @@ def wait_table(t, *, sort: str = "batch_id"):
 
     rows, starts = waited_rows(t)
     wd, blocked, _ = _hol(t, rows, starts) if len(rows) else (np.zeros(0), np.zeros(0), None)
+    del starts
     b, b_ok = t.values("buffered", rows)
-    return sorted_table(pd.DataFrame({
-        **{c: t.values(c, rows)[0] for c in (*GROUP, "batch_id")},
-        "worker_id": _f64(t, "worker_id", rows), "wait_ms": wd / MS, "buffered": b_ok & (b != 0),
-        "delay_ms": _f64(t, "delay_ns", rows) / MS, "hol_blocked_ms": blocked / MS,
-    }), sort)
+    cols = {c: t.values(c, rows)[0] for c in (*GROUP, "batch_id")}
+    cols.update({"worker_id": _f64(t, "worker_id", rows), "wait_ms": wd / MS, "buffered": b_ok & (b != 0),
+                 "delay_ms": _f64(t, "delay_ns", rows) / MS, "hol_blocked_ms": blocked / MS})
+    del rows, wd, blocked, b, b_ok
+    # sorted_table's order, each column put in it one at a time (no sorted copy of the whole table)
+    order = sorted_order(cols, sort)
+    if order is not None:
+        for c in cols:
+            cols[c] = cols[c][order]
+    del order
+    return pd.DataFrame(cols, copy=False)

@@ -16,14 +16,30 @@ from lotus.analysis.wait import waited
 from lotus.query import failed_mask
 
 TIMELINE_MAX_BATCHES = 400
+# of the batches, what each frame reads: of a scanned run's compact table, a DataFrame of only these is made
+PREP_COLUMNS = ("prep_dur_ns", "failed")
+WAIT_COLUMNS = ("rank", "loader", "epoch", "batch_id", "failed", "wait_dur_ns", "consumed_ns", "delay_ns", "buffered")
+DELAY_COLUMNS = ("rank", "loader", "epoch", "batch_id", "failed", "consumed_ns", "delay_ns")
+TIMELINE_COLUMNS = ("rank", "loader", "epoch", "batch_id", "worker_id", "failed", "prep_start_ns", "prep_dur_ns",
+                    "wait_start_ns", "wait_dur_ns", "consumed_ns", "step_dur_ns")
+
+
+def _columns(batches, columns):
+    """``batches`` itself (a DataFrame), or a DataFrame of ``columns`` made from a scanned run's compact table
+    (:meth:`lotus.query.BatchTable.frame`: the same values; the whole batches DataFrame is never made)."""
+    from lotus.analysis import compact
+
+    return batches.frame(list(columns)) if compact.is_table(batches) else batches
 
 
 def preprocessing_frame(configs, *, remove_outliers: bool = False):
-    """``config, prep_ms``: one row per prepared batch of every config (configs: (name, batches) pairs)."""
+    """``config, prep_ms``: one row per prepared batch of every config (configs: (name, batches) pairs; batches:
+    a DataFrame or a scanned run's compact table)."""
     import pandas as pd
 
     parts = []
     for name, batches in configs:
+        batches = _columns(batches, PREP_COLUMNS)
         b = split_outliers(batches)[0] if remove_outliers else prepared(batches)
         parts.append(pd.DataFrame({"config": name,
                                    "prep_ms": b["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / 1e6}))
@@ -79,7 +95,7 @@ def wait_frame(batches, *, sort: str = "batch_id"):
     (``sort="batch_id"``) or by decreasing wait (``"duration"``); ``x`` is the plotting position."""
     import pandas as pd
 
-    w = waited(batches)
+    w = waited(_columns(batches, WAIT_COLUMNS), ["batch_id", "epoch", "rank", "wait_dur_ns", "delay_ns", "buffered"])
     t = pd.DataFrame({
         "batch_id": w["batch_id"].to_numpy(), "epoch": w["epoch"].to_numpy(), "rank": w["rank"].to_numpy(),
         "wait_ms": w["wait_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / 1e6,
@@ -96,11 +112,16 @@ def delay_frame(batches):
     """``x, batch_id, delay_ms``: consumed batches with a known delay, in consumption order."""
     import pandas as pd
 
+    batches = _columns(batches, DELAY_COLUMNS)
     ok = batches["delay_ns"].notna().to_numpy(dtype=bool, na_value=False)
-    ok = ok & ~failed_mask(batches)
-    b = batches[ok].sort_values(["rank", "loader", "epoch", "consumed_ns"], kind="stable")
-    return pd.DataFrame({"x": np.arange(len(b)), "batch_id": b["batch_id"].to_numpy(),
-                         "delay_ms": b["delay_ns"].to_numpy(dtype=np.float64) / 1e6})
+    rows = np.flatnonzero(ok & ~failed_mask(batches))
+    # the rows' order of a stable sort by (rank, loader, epoch, consumed_ns), no copy of them sorted: a
+    # known delay has its consumption, so no key is missing
+    keys = [batches[c].iloc[rows].to_numpy() for c in ("consumed_ns", "epoch", "loader", "rank")]
+    rows = rows[np.lexsort(keys)]
+    del keys
+    return pd.DataFrame({"x": np.arange(len(rows)), "batch_id": batches["batch_id"].iloc[rows].to_numpy(),
+                         "delay_ms": batches["delay_ns"].iloc[rows].to_numpy(dtype=np.float64) / 1e6})
 
 
 def timeline_frame(batches, *, max_batches: int = TIMELINE_MAX_BATCHES):
@@ -109,7 +130,13 @@ def timeline_frame(batches, *, max_batches: int = TIMELINE_MAX_BATCHES):
     and steps); at most ``max_batches`` batches, from the start of that epoch."""
     import pandas as pd
 
+    from lotus.analysis import compact
+
     cols = ["lane", "kind", "start_s", "dur_s", "batch_id"]
+    if compact.is_table(batches):  # sorted by (rank, loader, epoch): the first non-empty group's rows only
+        spans = [(lo, hi) for _, lo, hi in batches.group_spans() if hi > lo]
+        batches = batches.view(*spans[0]).frame(list(TIMELINE_COLUMNS)) if spans else batches.frame(
+            list(TIMELINE_COLUMNS))
     if batches.empty:
         return pd.DataFrame(columns=cols)
     first = batches.sort_values(["rank", "loader", "epoch"]).iloc[0]

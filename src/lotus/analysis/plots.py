@@ -101,6 +101,23 @@ def op_cpu_seconds(df):
     return fig
 
 
+SCATTER_MAX_POINTS = 1_000_000  # a per-batch scatter draws at most about this many points (:func:`_thinned`)
+
+
+def _thinned(y: np.ndarray) -> tuple[np.ndarray, str]:
+    """(indices to draw, a note) of a per-batch scatter: every point up to :data:`SCATTER_MAX_POINTS`; past it,
+    every point at or above the 500 ms line and every k-th of the others (a million points already fill a
+    figure; drawing them is ~130 bytes a point while matplotlib places the legend)."""
+    n = len(y)
+    if n <= SCATTER_MAX_POINTS:
+        return np.arange(n), ""
+    high = y >= WAIT_LINE_MS
+    k = -(-int((~high).sum()) // max(SCATTER_MAX_POINTS - int(high.sum()), SCATTER_MAX_POINTS // 10))
+    low = np.flatnonzero(~high)[::k]
+    return np.sort(np.concatenate([np.flatnonzero(high), low])), \
+        f" (of {n:,} batches: all >= {WAIT_LINE_MS:.0f} ms, every {k:,}th of the others)"
+
+
 def wait_plot(df, *, sort: str = "batch_id", title: str = ""):
     """Wait per batch (log y) with a 500 ms line. ``df``: :func:`~lotus.analysis.plotdata.wait_frame`."""
     fig, ax = _figure()
@@ -113,10 +130,12 @@ def wait_plot(df, *, sort: str = "batch_id", title: str = ""):
         ax.plot(df["x"].to_numpy(), y, drawstyle="steps-mid", color=_COLORS["wait"], label="wait")
         ax.set_xlabel("batches, by decreasing wait")
     else:
-        ax.scatter(df["x"].to_numpy()[~buf], y[~buf], s=8, color=_COLORS["wait"], label="waited")
+        keep, note = _thinned(y)
+        x, y, buf = df["x"].to_numpy()[keep], y[keep], buf[keep]
+        ax.scatter(x[~buf], y[~buf], s=8, color=_COLORS["wait"], label="waited")
         if buf.any():
-            ax.scatter(df["x"].to_numpy()[buf], y[buf], s=8, color="0.5", label="already buffered")
-        ax.set_xlabel("batch (consumption order)")
+            ax.scatter(x[buf], y[buf], s=8, color="0.5", label="already buffered")
+        ax.set_xlabel("batch (consumption order)" + note)
     ax.axhline(WAIT_LINE_MS, color="k", ls="--", lw=1, label="500 ms")
     ax.set_yscale("log")
     ax.set_ylabel("training loop wait (ms, log scale)")
@@ -132,10 +151,12 @@ def delay_plot(df, *, title: str = ""):
     if df.empty:
         _empty(ax, "delay unknown (no consumption events)")
         return fig
-    ax.scatter(df["x"].to_numpy(), np.maximum(df["delay_ms"].to_numpy(), 1e-3), s=8, color="#8172B2")
+    y = np.maximum(df["delay_ms"].to_numpy(), 1e-3)
+    keep, note = _thinned(y)
+    ax.scatter(df["x"].to_numpy()[keep], y[keep], s=8, color="#8172B2")
     ax.axhline(WAIT_LINE_MS, color="k", ls="--", lw=1, label="500 ms")
     ax.set_yscale("log")
-    ax.set_xlabel("batch (consumption order)")
+    ax.set_xlabel("batch (consumption order)" + note)
     ax.set_ylabel("delay: ready until consumed (ms, log scale)")
     ax.set_title(f"Delay of each batch{' - ' + title if title else ''}")
     ax.legend(fontsize="small")
@@ -187,18 +208,38 @@ def safe_name(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).strip("_") or "run"
 
 
+def _trimmed(fig=None):
+    """``fig``, once the figures no longer referenced are collected (a figure is a cycle of objects: only the
+    cycle collector frees it, and one of every batch holds ~100 bytes a point) and what was freed is handed
+    back to the OS (glibc keeps it otherwise). Called before a figure of every batch is made and after: a
+    caller that drops each figure once drawn (``del fig``) makes and draws the next without it."""
+    import gc
+
+    from lotus.trace.original import release_freed_memory
+
+    gc.collect()
+    release_freed_memory()
+    return fig
+
+
 def all_figures(configs, *, remove_outliers: bool = False, sort: str = "batch_id"):
     """``(file name, Figure)`` pairs of every figure for ``configs`` (:class:`~lotus.analysis.runs.Config`
-    list): cross-config figures first, then wait, delay and worker timeline per config."""
+    list): cross-config figures first, then wait, delay and worker timeline per config. Made one at a time:
+    a caller that drops each once drawn holds one figure at a time (:func:`_trimmed`)."""
     from lotus.analysis import plotdata as pdata
 
-    batches = [(c.name, c.batches) for c in configs]
+    # a scanned run's compact table (summary_batches): each frame made of the columns it reads, one at a time
+    batches = ((c.name, c.summary_batches) for c in configs)
     events = [(c.name, c.events) for c in configs]
-    yield "preprocessing_box", preprocessing_box(pdata.preprocessing_frame(batches, remove_outliers=remove_outliers))
+    yield "preprocessing_box", _trimmed(preprocessing_box(pdata.preprocessing_frame(batches,
+                                                                                    remove_outliers=remove_outliers)))
     yield "op_times", op_distributions(pdata.op_frame(events))
     yield "op_cpu_seconds", op_cpu_seconds(pdata.op_seconds_frame(events))
     for c in configs:
         tag = safe_name(c.name)
-        yield f"wait_{tag}", wait_plot(pdata.wait_frame(c.batches, sort=sort), sort=sort, title=c.name)
-        yield f"delay_{tag}", delay_plot(pdata.delay_frame(c.batches), title=c.name)
-        yield f"timeline_{tag}", worker_timeline(pdata.timeline_frame(c.batches), title=c.name)
+        b = c.summary_batches
+        _trimmed()
+        yield f"wait_{tag}", _trimmed(wait_plot(pdata.wait_frame(b, sort=sort), sort=sort, title=c.name))
+        _trimmed()
+        yield f"delay_{tag}", _trimmed(delay_plot(pdata.delay_frame(b), title=c.name))
+        yield f"timeline_{tag}", worker_timeline(pdata.timeline_frame(b), title=c.name)

@@ -43,15 +43,16 @@ def build_report(configs, *, remove_outliers: bool = False, data_dir: str | None
 
     out = {"lotus_version": __version__, "data_dir": data_dir, "remove_outliers": remove_outliers, "configs": {}}
     for c in configs:
+        b = c.summary_batches  # a scanned run's table: each reads the columns it needs, not the whole DataFrame
         out["configs"][c.name] = {
             "path": str(c.path),
             "formats": sorted(c.formats),
-            "verdict": verdict(c.events, c.batches, loaders=c.loaders),
-            "stats": config_stats(c.events, c.batches, remove_outliers=remove_outliers),
-            "wait": wait_stats(c.batches),
-            "outcomes": outcome_summary(c.batches),
+            "verdict": verdict(c.events, b, loaders=c.loaders),
+            "stats": config_stats(c.events, b, remove_outliers=remove_outliers),
+            "wait": wait_stats(b),
+            "outcomes": outcome_summary(b),
             "throughput": _throughput(c),
-            "trends": trends(c.events, c.batches),
+            "trends": trends(c.events, b),
         }
         if len({int(f.get("rank") or 0) for f in c.files}) > 1:  # a distributed run: its stragglers
             from lotus.analysis.ranks import rank_report
@@ -67,7 +68,7 @@ def build_report(configs, *, remove_outliers: bool = False, data_dir: str | None
 def _throughput(c) -> dict:
     from lotus.analysis.throughput import throughput
 
-    t = throughput(c.batches, c.loaders)
+    t = throughput(c.summary_batches, c.loaders)
     return {k: t.get(k) for k in ("samples_per_s", "ci95", "rel_halfwidth", "steady_batches", "window_s", "left_out",
                                   "note")}
 
@@ -223,6 +224,7 @@ def write_report(configs, out_html: str | os.PathLike, *, remove_outliers: bool 
     if figures:
         for name, fig in all_figures(configs, remove_outliers=remove_outliers):
             pngs.append((name.replace("_", " "), figure_png(fig)))
+            del fig  # drawn: the next is made without it (all_figures)
     out.write_text(render_html(report, pngs), encoding="utf-8")
     js = out.with_name("report.json") if out.name != "report.json" else out.with_suffix(".data.json")
     js.write_text(dumps(report), encoding="utf-8")

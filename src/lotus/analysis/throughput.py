@@ -71,14 +71,31 @@ def _groups(b):
     return b.groupby(["rank", "loader"], sort=True)
 
 
-def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
-    """{(rank, loader): (SteadyRate, batches, samples)} of every loader that handed out a batch."""
+def _measured(b, replayed_only: bool) -> np.ndarray:
+    """The rows :func:`loader_rates` measures: ok batches that were consumed (``replayed_only``: and never
+    prepared)."""
     from lotus.query import failed_mask
 
-    b = batches[[c for c in RATE_COLUMNS if c in batches.columns]]  # a group's columns: cheap slices
     keep = ~failed_mask(b) & b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)  # ok, consumed
     if replayed_only:
         keep &= b["prep_dur_ns"].isna().to_numpy(dtype=bool, na_value=True)
+    return keep
+
+
+def rate_frame(table, *, replayed_only: bool = False):
+    """Of a scanned run's compact table, the DataFrame :func:`loader_rates` reads: its :data:`RATE_COLUMNS`,
+    of the rows it measures only (made of those rows: neither the whole batches DataFrame nor a copy of
+    every row)."""
+    probe = table.frame(["failed", "consumed_ns", "prep_dur_ns"])
+    keep = _measured(probe, replayed_only)
+    del probe
+    return table.frame(list(RATE_COLUMNS), rows=keep)
+
+
+def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
+    """{(rank, loader): (SteadyRate, batches, samples)} of every loader that handed out a batch."""
+    b = batches[[c for c in RATE_COLUMNS if c in batches.columns]]  # a group's columns: cheap slices
+    keep = _measured(b, replayed_only)
     if not keep.all():  # one copy, and none where every row is kept
         b = b[keep]
     out = {}
@@ -122,10 +139,15 @@ def loader_throughput(batches, loaders: dict | None = None, *, replayed_only: bo
     """One row per (rank, loader): batches, samples, the steady window's batches/samples/seconds,
     samples_per_s with its 95% interval (``ci95_lo``, ``ci95_hi``), what was left out. ``replayed_only``:
     only batches lotus replayed (``LOTUS_REPLAY``: consumed, never prepared), the loop's ingestion rate."""
+    return _per_loader(loader_rates(batches, loaders, replayed_only=replayed_only))
+
+
+def _per_loader(rates: dict):
+    """:func:`loader_throughput`'s rows from :func:`loader_rates`' result."""
     import pandas as pd
 
     rows = []
-    for (rank, loader), (r, nb, ns) in loader_rates(batches, loaders, replayed_only=replayed_only).items():
+    for (rank, loader), (r, nb, ns) in rates.items():
         rows.append({"rank": rank, "loader": loader, "batches": nb, "samples": ns, "steady_batches": r.batches,
                      "steady_samples": r.samples, "steady_s": r.window_s, "samples_per_s": r.samples_per_s,
                      "ci95_lo": r.ci95[0] if r.ci95 else None, "ci95_hi": r.ci95[1] if r.ci95 else None,
@@ -135,9 +157,16 @@ def loader_throughput(batches, loaders: dict | None = None, *, replayed_only: bo
 
 
 def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = False) -> dict:
-    """Samples/s of the main loader (summed over ranks) with its ``ci95``, and the per-loader table."""
+    """Samples/s of the main loader (summed over ranks) with its ``ci95``, and the per-loader table;
+    ``batches``: the batches DataFrame or a scanned run's compact table (:mod:`lotus.analysis.compact`:
+    a DataFrame of only :data:`RATE_COLUMNS` made from it, not the whole batches DataFrame)."""
+    from lotus.analysis import compact
+
+    if compact.is_table(batches):  # a scanned run's table: the columns and rows read, made once
+        batches = rate_frame(batches, replayed_only=replayed_only)
     rates = loader_rates(batches, loaders, replayed_only=replayed_only)
-    per = loader_throughput(batches, loaders, replayed_only=replayed_only) if rates else None
+    del batches
+    per = _per_loader(rates) if rates else None
     if not rates:
         return {"samples_per_s": None, "ci95": None, "batches": 0, "samples": 0, "loader": None, "loaders": [],
                 "note": "no batch was handed to the loop"}

@@ -28,11 +28,13 @@ from __future__ import annotations
 import numpy as np
 
 from lotus.analysis.diagnosis import _NOT_OPS, loop_spans
-from lotus.analysis.stats import op_engine, prepared
+from lotus.analysis.stats import op_engine
 from lotus.analysis.windowrate import MIN_COVER, NO_INTERVAL, between_rate, count_rate
-from lotus.query import ok_batches
+from lotus.query import failed_mask
 
 HOUR_S = 3600.0
+_LOOP_COLUMNS = ("rank", "epoch", "consumed_ns", "n_samples", "wait_start_ns", "wait_dur_ns")
+_PREP_COLUMNS = ("rank", "epoch", "batch_id", "prep_start_ns", "prep_dur_ns")
 
 
 class _Slots:
@@ -180,14 +182,36 @@ def _clipped_waits(b, lo: int, hi: int) -> float | None:
 
 
 def trends(events, batches, *, bucket_s: float | None = None) -> dict:
-    b = ok_batches(batches)
-    b = b[b["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)]
-    if b.empty:
+    """The trends (module doc); ``batches``: the batches DataFrame or a scanned run's compact table
+    (:mod:`lotus.analysis.compact`: DataFrames of only the columns and rows read are made from it, and the
+    loop's spans come from the table itself; never the whole batches DataFrame)."""
+    from lotus.analysis import compact
+
+    source = batches
+    table = compact.is_table(batches)
+    if table:  # the masks from a few columns, then each DataFrame of its rows only
+        batches = batches.frame(["loader", "failed", "detail", "consumed_ns", "prep_dur_ns"])
+    ok = ~failed_mask(batches)
+    used = ok & batches["consumed_ns"].notna().to_numpy(dtype=bool, na_value=False)
+    if not used.any():
         return {"bucket_s": bucket_s, "rate_note": NO_INTERVAL, "per_epoch": [], "per_bucket": []}
-    main = int(b.groupby("loader").size().idxmax())
-    b = b[b["loader"] == main]
+    loader = batches["loader"]
+    main = int(loader[used].groupby(loader[used]).size().idxmax())
+    is_main = (loader == main).to_numpy(dtype=bool, na_value=False)
+    rows = used & is_main
+    prep_rows = (ok & is_main & batches["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False)
+                 & batches["detail"].to_numpy(dtype=bool, na_value=False))
+    if table:
+        del batches, loader
+        b = source.frame(list(_LOOP_COLUMNS), rows=rows)
+        prep = source.frame(list(_PREP_COLUMNS), rows=prep_rows)
+    else:  # one copy each, of the columns read
+        b = batches.loc[rows, list(_LOOP_COLUMNS)]
+        prep = batches.loc[prep_rows, list(_PREP_COLUMNS)]
+        del batches, loader
+    del ok, used, is_main, rows, prep_rows
     t = b["consumed_ns"].to_numpy(np.int64)
-    spans = loop_spans(batches)
+    spans = loop_spans(source)
     spans = spans[spans["loader"] == main] if len(spans) else spans
     t0, t1 = int(t.min()), int(t.max())
     length = (t1 - t0) / 1e9
@@ -195,8 +219,6 @@ def trends(events, batches, *, bucket_s: float | None = None) -> dict:
         bucket_s = HOUR_S if length >= 2 * HOUR_S else max(length / 12, 1e-3)
     width = max(int(bucket_s * 1e9), 1)
     nb = max(1, -(-(t1 - t0) // width))
-    prep = prepared(batches)
-    prep = prep[(prep["loader"] == main).to_numpy() & prep["detail"].to_numpy(dtype=bool, na_value=False)]
     slots = _Slots(prep, t0, width, nb)
     ops, bucket_ops = _op_totals(events, slots, main, nb)
     pd_ = prep["prep_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)

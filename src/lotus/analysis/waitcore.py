@@ -100,6 +100,26 @@ def summary_dict(n: int, buckets: dict, wait_ms: dict, delay_ms: dict, total_wai
     }
 
 
+def sorted_order(cols: dict, sort: str):
+    """The row order :func:`sorted_table` gives a table of these numpy columns (stable sorts: the same),
+    or None where the rows are in it already."""
+    if sort == "duration":
+        order = np.argsort(-cols["wait_ms"], kind="stable")  # descending, ties (and NaN last) as sort_values
+    else:
+        keys = [cols[c] for c in ("batch_id", *reversed(GROUP))]
+        n = len(keys[0])
+        if n < 2:
+            return None
+        lt, eq = np.zeros(n - 1, bool), np.ones(n - 1, bool)  # already in key order (ties kept): no order
+        for k in reversed(keys):
+            lt |= eq & (k[:-1] < k[1:])
+            eq &= k[:-1] == k[1:]
+        if bool((lt | eq).all()):
+            return None
+        order = np.lexsort(keys)
+    return None if bool((order == np.arange(len(order))).all()) else order
+
+
 def sorted_table(t, sort: str):
     """:func:`wait_table`'s rows in its order."""
     if sort == "duration":

@@ -219,9 +219,9 @@ def wait(data_dir: Path, sort: str, fig_dir: Path | None, top: int, as_json: boo
 
             tag = safe_name(cfg.name)
             with writing(fig_dir):
-                paths = save_figure(wait_plot(plotdata.wait_frame(cfg.batches, sort=sort), sort=sort,
+                paths = save_figure(wait_plot(plotdata.wait_frame(cfg.summary_batches, sort=sort), sort=sort,
                                               title=cfg.name), fig_dir, f"wait_{tag}")
-                paths += save_figure(delay_plot(plotdata.delay_frame(cfg.batches), title=cfg.name), fig_dir,
+                paths += save_figure(delay_plot(plotdata.delay_frame(cfg.summary_batches), title=cfg.name), fig_dir,
                                      f"delay_{tag}")
             click.echo("wrote " + ", ".join(str(p) for p in paths), err=as_json)
     if as_json:

@@ -22,7 +22,7 @@ def throughput_cmd(data_dir: Path, as_json: bool) -> None:
 
     doc, missing = {"configs": {}}, []
     for cfg in configs_of(data_dir):
-        t = throughput(cfg.batches, cfg.loaders)
+        t = throughput(cfg.summary_batches, cfg.loaders)  # a scanned run: its table's columns, not the frame
         doc["configs"][cfg.name] = t
         if t["samples_per_s"] is None:
             missing.append(cfg.name)

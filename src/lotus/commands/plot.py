@@ -30,6 +30,7 @@ def plot(data_dir: Path, out_dir: Path, formats: tuple[str, ...], remove_outlier
     for name, fig in all_figures(configs, remove_outliers=remove_outliers, sort=sort):
         with writing(out_dir):
             paths = save_figure(fig, out_dir, name, formats)
+        del fig  # drawn: the next is made without it (all_figures)
         for p in paths:
             click.echo(f"wrote {p}")
             n += 1

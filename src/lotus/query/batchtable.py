@@ -250,18 +250,26 @@ class BatchTable:
 
         return pd.DataFrame({c: self.values(c, rows)[0] for c in _KEY})
 
-    def frame(self, columns: list[str] | None = None):
+    def frame(self, columns: list[str] | None = None, rows: np.ndarray | None = None):
         """The batches DataFrame of these rows: :func:`lotus.query.batches.batches_from_joined` on the
         columns, plus ``n_samples`` of batches without a collate from their per-sample events (another
         scan of the files, only when there are such batches); ``columns``: only those (in that order), the
-        same values. A table of more than :data:`FRAME_ROWS` rows is made from its :meth:`frames` of
-        that many rows, each piece copied into the columns of the whole frame allocated first: the peak is
-        the frame and one piece, not the frame and the temporaries of making it."""
+        same values; ``rows``: a boolean mask of the rows kept (``frame(columns)[rows]``, indexed from 0).
+        A table of more than :data:`FRAME_ROWS` rows is made from its :meth:`frames` of that many rows,
+        each piece (its kept rows) copied into the columns of the whole frame allocated first: the peak is
+        the frame and one piece, not the frame and the temporaries of making it (nor, with ``rows``, the
+        frame of every row and its copy)."""
         counts = columns is None or "n_samples" in columns  # the extra scan only for the column it fills
+        if rows is not None:
+            rows = np.asarray(rows, dtype=bool)
+            if len(rows) != len(self):
+                raise ValueError(f"rows: a mask of {len(self)} rows, not {len(rows)}")
         if not self.partial and self.any_keys and len(self) > FRAME_ROWS:
-            return _assemble(self.frames(FRAME_ROWS, counts=counts), len(self), columns)
+            n = len(self) if rows is None else int(np.count_nonzero(rows))
+            return _assemble(self.frames(FRAME_ROWS, counts=counts), n, columns, rows)
         out = self._whole_frame(counts)
-        return out if columns is None else out[list(columns)]
+        out = out if columns is None else out[list(columns)]
+        return out if rows is None else out[rows].reset_index(drop=True)
 
     def _whole_frame(self, counts: bool = True):
         """:meth:`frame` made in one go (``counts`` False: without the ``n_samples`` of batches without a
@@ -341,19 +349,25 @@ class BatchTable:
         return ~n
 
 
-def _assemble(pieces, n: int, columns: list[str] | None = None):
+def _assemble(pieces, n: int, columns: list[str] | None = None, rows: np.ndarray | None = None):
     """One DataFrame of ``n`` rows from DataFrames of the same columns and dtypes (``pieces``, in order),
     each copied into columns allocated once: nullable integer and boolean columns as their values and
     masks, categoricals as their codes (the same dtype), numpy columns as they are; ``attrs`` of the
-    first piece (every piece has the same); ``columns``: only those."""
+    first piece (every piece has the same); ``columns``: only those; ``rows``: a boolean mask over the
+    pieces' rows, only those kept (``n`` of them)."""
     import pandas as pd
 
     dtypes: dict = {}
     cols: dict = {}
     pos = 0
+    start = 0  # of the piece, in the pieces' rows
     for piece in pieces:
         if columns is not None:
             piece = piece[list(columns)]
+        if rows is not None:
+            m = len(piece)
+            piece = piece[rows[start: start + m]]
+            start += m
         if not dtypes:
             dtypes = dict(piece.dtypes)
             for c in piece.columns:
