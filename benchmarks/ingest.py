@@ -104,14 +104,16 @@ def measure(run: Path, repeat: int) -> dict:
             "cpus": results[0]["cpus"], "runs": [r["seconds"] for r in results]}
 
 
-def cli_once(cmd: str, run: Path, engine: str, jobs: int | None = None, out=None, env: dict | None = None
-             ) -> tuple[float, int]:
+def cli_once(cmd: str, run: Path, engine: str, jobs: int | None = None, out=None, env: dict | None = None,
+             tree: bool = False) -> tuple[float, int]:
     """(seconds, peak RSS bytes) of ``lotus analyze CMD -d RUN`` in a fresh process.
 
     The peak is the child's own ``VmHWM`` at exit, written to a file: ``ru_maxrss`` from ``wait4`` also
     counts the parent's resident pages that a forked child holds until it execs (a parent that has just
     generated a large trace would inflate it). ``jobs``: pinned to that many CPUs with ``$LOTUS_JOBS``;
-    ``out``: a file for its ``--json`` output; ``env``: more environment."""
+    ``out``: a file for its ``--json`` output; ``env``: more environment; ``tree``: also the peak of it and its
+    worker processes together (``cli_once.tree_peak``), sampled every 20 ms by a thread of this process: a run
+    timed with it shares the CPUs with the sampler (on 2 CPUs: +0.2-0.3 s of 3 s), so it is not timed with it."""
     import time
 
     with tempfile.NamedTemporaryFile("r", suffix=".hwm") as hwm:
@@ -133,7 +135,7 @@ def cli_once(cmd: str, run: Path, engine: str, jobs: int | None = None, out=None
         args = _command_args(cmd, run, Path(scratch.name)) + (["--json"] if out is not None else [])
         p = subprocess.Popen([sys.executable, "-c", pre, *args], env=env,
                              stdout=subprocess.DEVNULL if out is None else out, stderr=subprocess.PIPE)
-        tree = _TreePeak(p.pid) if jobs is not None else None
+        tree = _TreePeak(p.pid) if tree else None
         _, status, usage = os.wait4(p.pid, 0)
         dt = time.perf_counter() - t
         if tree is not None:

@@ -227,8 +227,7 @@ class BatchParts:
         for key, theirs in other.groups.items():
             mine = self.groups.get(key)
             if mine is None:  # large arrays to disk (the parts come from other processes, in memory)
-                self.groups[key] = {n: a if n == "cap" or a.nbytes < spill.MIN_BYTES else spill.copy_of(a)
-                                    for n, a in theirs.items()}
+                self.groups[key] = spill.copies_of(theirs)
                 continue
             self._group(key, theirs["cap"], check=False)
             self._absorb_group(mine, theirs)

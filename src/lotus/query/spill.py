@@ -153,6 +153,32 @@ def copy_of(a: np.ndarray, dtype=None, n: int | None = None, fill=None) -> np.nd
     return out
 
 
+def copies_of(arrays: dict) -> dict:
+    """``{name: copy_of(a)}`` for the arrays of at least :data:`MIN_BYTES` (the others as they are), all in one
+    temporary file: one file created and mapped for all of them, not one an array (a scan's merge receives a
+    group's columns from a worker together: creating ~20 files a group cost a quarter of a second on 100M
+    events)."""
+    big = {n: a for n, a in arrays.items() if isinstance(a, np.ndarray) and a.nbytes >= MIN_BYTES}
+    if not big or _libc is None or _OFF:
+        return {n: copy_of(a) if n in big else a for n, a in arrays.items()}
+    offsets, total = {}, 0
+    for n, a in big.items():
+        offsets[n] = total
+        total += -(-a.nbytes // 64) * 64  # each array 64-byte aligned
+    mm = _mapping(total)
+    _maps.add(mm)
+    buf = mm.buffer()
+    out = dict(arrays)
+    step = 1 << 19
+    for n, a in big.items():
+        c = np.frombuffer(buf, a.dtype, len(a), offsets[n])
+        for i in range(0, len(a), step):
+            c[i: i + step] = a[i: i + step]
+        out[n] = c
+    mm.drop()
+    return out
+
+
 def _base(a: np.ndarray):
     base = a
     while isinstance(base, np.ndarray) and base.base is not None:
