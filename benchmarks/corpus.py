@@ -215,9 +215,15 @@ class Corpus:
         if self.a.data and "{data}" in self.shapes[shape][0]:
             argv += ["--cache-gb", str(self.a.cache_gb)]
         d, secs, err = self.lotus([*argv, "--", *self.args(shape, max(w, 1), 100000)], out)
+        # the job alone at each CPU count: the best of g and 2g workers (g only from 4 CPUs on), and of the
+        # worker count lotus's cell ran or predicted (0 workers can be the best on one CPU: no hand-off)
+        used = {} if d is None else {p["cpus"]: p.get("num_workers") for p in d["matrix"]}
         truth = {}
         for g in grid:
-            runs = [self.plain(shape, g, x) for x in sorted({g, 2 * g} if g < 4 else {g})]
+            counts = {g, 2 * g} if g < 4 else {g}
+            if isinstance(used.get(g), int):
+                counts.add(used[g])
+            runs = [self.plain(shape, g, x) for x in sorted(counts)]
             if any(r is None for r in runs):
                 return None
             truth[g] = max(r["samples_per_s"] for r in runs)
