@@ -149,7 +149,7 @@ def test_a_measured_rate_too_short_for_its_interval_says_so(make_dir):
 
 
 def test_a_num_workers_0_trace_says_the_worker_path_is_not_in_it(make_dir):
-    """Issue 24's corpus: from a num_workers=0 trace the predictions with workers read +11-21% high (the
+    """Issue 24's corpus: from a num_workers=0 trace the predictions with workers read +8-21% high (the
     hand-off through shared memory is not in the trace): the output says so."""
     d = make_dir("w0", n_workers=0)
     doc = json.loads(lotus("whatif", "-d", d, "--workers", "0,2", "--cpus", "4", "--json").output)

@@ -112,8 +112,9 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
     if t.num_workers == 0 and any(w > 0 for w in workers):
         notes.append("traced with num_workers=0: the worker path's hand-off (the batch into shared memory, the "
                      "main process's receive) is not in this trace and is taken as free, so predictions with "
-                     "workers read high (issue 24's corpus: +11% to +21% at 2-8 workers against the job alone, "
-                     "docs/results/corpus.md); a probe with workers (lotus tune, lotus sensitivity) measures it")
+                     "workers read high (issue 24's corpus: +8% on this VM's CPU-bound job, +21% on the GPU "
+                     "host's ResNet-18 at 8 workers, against the job alone, docs/results/corpus.md); a probe with "
+                     "workers (lotus tune, lotus sensitivity) measures it")
     return WhatIf(model=model, predictions=table, measured=measured, cache=steady, cache_epochs=per_epoch,
                   dataset=dataset, notes=notes + model.notes)
 
