@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from lotus.model.fitting import _sched_cpu
 from lotus.model.params import RunSummary
+from lotus.model.sched import sched_cpu as _sched_cpu
 
 
 def _summary(**kw) -> RunSummary:

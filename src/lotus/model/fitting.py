@@ -11,7 +11,7 @@ What one run identifies, and what it cannot:
   stretch ``max(1, (busy + main_cpu_cores) / (capacity * cpus))`` that is divided out. Traces of format
   >= 4 on Linux carry the scheduler's view (each fetch's run-queue delay and CPU time, the main process's
   CPU use): the CPU fraction, the main process's use and the capacity are then measured
-  (:func:`_sched_cpu`); before, ``main_cpu_cores`` (default 1, while the loop is not waiting) and a
+  (:func:`lotus.model.sched.sched_cpu`); before, ``main_cpu_cores`` (default 1, while the loop is not waiting) and a
   capacity of 1 are assumptions.
 * it cannot tell how per-item time grows with the number of workers running at once *below* the CPU
   count (shared caches, memory bandwidth, hyper-threads): ``contention`` stays 0 (linear scaling, an
@@ -38,6 +38,8 @@ from lotus.errors import InputError
 from lotus.model.batchsource import TableRun
 from lotus.model.observation import MODEL_COLUMNS, Observation, RunTrace, observe
 from lotus.model.params import Dist, Measured, PipelineModel
+from lotus.model.sched import main_busy as _main_busy
+from lotus.model.sched import sched_cpu
 from lotus.model.streams import dist_of
 from lotus.sim import CpuModel
 
@@ -95,7 +97,7 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
     base = warm or cold
     notes = [n for o in obs for n in o.notes]
     missing = list(dict.fromkeys(m for o in base for m in o.missing))
-    template, phi_measured, sched_notes = _sched_cpu(base, main_cpu_cores, cpu_fraction) if sched \
+    template, phi_measured, sched_notes = sched_cpu(base, main_cpu_cores, cpu_fraction) if sched \
         else (CpuModel(main_cpu_cores), None, [])
     notes += sched_notes
     cpu, alpha_known, phi_known = _fit_cpu(base, template, contention,
@@ -263,49 +265,6 @@ def _median_of(obs: list[Observation], attr: str, default: float) -> float:
 WITHIN_RUN_SPAN = 0.3  # workers at once: the least span of one run's own levels that fits contention
 
 
-SCHED_SHORTAGE = 0.03  # run-queue delay per ns on a CPU above which a run's CPUs were short (capacity fitted)
-
-
-def _sched_cpu(obs: list[Observation], main_cpu_cores: float,
-               cpu_fraction: float | None) -> tuple[CpuModel, float | None, list[str]]:
-    """(the CPU model's template, the measured CPU fraction or None, notes) from the scheduler's view of the
-    runs (format >= 4 on Linux: each fetch's run-queue delay and CPU time, the main process's CPU use).
-
-    Where every run with workers carries it, nothing about the CPUs is assumed: a worker's uncontended time is
-    its fetch less its run-queue delay, of which its CPU time is the CPU fraction; the main process uses what
-    it measured; and the capacity (CPUs' worth of work one CPU did: hyper-threads share a core, other
-    processes take their part) is what makes processor sharing give the run-queue delay the runs met:
-    ``(cpu_fraction * busy + main) / (capacity * cpus) = 1 + runq / cpu``. Elsewhere: the assumptions of the
-    module doc (capacity 1, the main process ``main_cpu_cores`` while not waiting)."""
-    runs = [o.summary for o in obs if o.summary.num_workers > 0]
-    if not runs or any(s.sched_cpu_ns is None or not s.sched_cpu_ns for s in runs):
-        return CpuModel(main_cpu_cores), None, []
-    uncontended = [max(s.sched_prep_ns - s.sched_runq_ns, 1.0) for s in runs]
-    phi = float(sum(s.sched_cpu_ns for s in runs) / sum(uncontended))
-    phi = min(max(phi, 0.0), 1.0) if cpu_fraction is None else cpu_fraction
-    measured_main = all(s.main_cpu_cores is not None for s in runs)
-    mains = [s.main_cpu_cores if measured_main else main_cpu_cores * _main_busy(s) for s in runs]
-    caps = []
-    for s, main in zip(runs, mains, strict=True):
-        if not s.cpus:
-            continue
-        ps = 1.0 + s.sched_runq_ns / s.sched_cpu_ns
-        load = phi * s.busy_workers + main
-        if ps > 1.0 + SCHED_SHORTAGE:
-            caps.append(min(max(load / (s.cpus * ps), 0.2), 1.0))
-        elif load > s.cpus:  # no CPU shortage met where the assumptions see one: at least that much capacity
-            caps.append(min(load / s.cpus, 2.0))
-    capacity = float(np.median(caps)) if caps else 1.0
-    main = float(np.median(mains)) if measured_main else main_cpu_cores
-    waited = sum(s.sched_runq_ns for s in runs) / sum(s.sched_prep_ns for s in runs)
-    notes = [f"the scheduler's view: workers waited for a CPU {waited:.0%} of their fetch time, on a CPU "
-             f"{phi:.0%} of the rest (CPU fraction); "
-             + (f"the main process used {main:.2f} CPUs; " if measured_main else "")
-             + f"capacity {capacity:.2f} CPUs' worth a CPU" + ("" if caps else " (no CPU shortage met: assumed)")]
-    template = CpuModel(main, 0.0, phi, capacity, measured_main)
-    return template, (phi if cpu_fraction is None else None), notes
-
-
 def _fit_cpu(obs: list[Observation], template: CpuModel, contention: float | None,
              cpu_fraction: float | None) -> tuple[CpuModel, bool, bool]:
     """Contention and CPU fraction that make the runs' per-item times one uncontended time.
@@ -348,12 +307,6 @@ def _fit_cpu(obs: list[Observation], template: CpuModel, contention: float | Non
             if loss < best_loss:
                 best, best_loss = cpu, loss
     return best, can_alpha or contention is not None, can_phi or cpu_fraction is not None
-
-
-def _main_busy(s) -> float:
-    """Share of the run's loop time the main process was not blocked waiting (1 when unknown)."""
-    share = s.steady_wait_share if s.steady_wait_share is not None else s.wait_share
-    return 1.0 - share if share is not None else 1.0
 
 
 def _collate_law(n: np.ndarray, collate: np.ndarray) -> tuple[float, float]:
