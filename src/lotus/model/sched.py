@@ -23,7 +23,7 @@ SCHED_SHORTAGE = 0.03  # run-queue delay per ns on a CPU above which a run's CPU
 
 
 def sched_cpu(obs: list, main_cpu_cores: float,
-               cpu_fraction: float | None) -> tuple[CpuModel, float | None, list[str]]:
+              cpu_fraction: float | None) -> tuple[CpuModel, float | None, list[str]]:
     """(the CPU model's template, the measured CPU fraction or None, notes) from the scheduler's view of the
     runs (format >= 4 on Linux: each fetch's run-queue delay and CPU time, the main process's CPU use).
 
