@@ -5,7 +5,9 @@ threads ``main thread``, ``pin thread``, ``GPU (CUDA events)``, ``preprocessing 
 (num_workers=0) and ``worker K``. Events with a duration are ``"ph":"X"`` slices, instants
 (``consumed``, ``arrive``, epoch and worker markers) ``"ph":"i"``, GPU telemetry (``gpu_util``...)
 counter tracks ``"ph":"C"``, and a flow arrow (``"ph":"s"`` -> ``"ph":"f"``, ``"bp":"e"``) links each
-batch's preprocessing to its consumption. ``coarse=True`` leaves out per-sample and per-op slices.
+batch's preprocessing to its consumption. ``coarse=True`` leaves out per-sample and per-op slices. A
+fetch's ``runq`` record (trace format 4: its thread's run-queue delay and CPU time, sums over the fetch, not
+an interval) is not drawn: the batches carry it (``runq_ns``, ``prep_cpu_ns``).
 
 Fetches that made no batch are marked, never drawn as batches: an ``exhausted`` fetch (IterableDataset
 end) is an instant marker on its worker's track at the fetch's start (``args.took_ns``: the time the
@@ -49,8 +51,9 @@ _log = logging.getLogger("lotus.analysis")
 
 COUNTER_UNITS = {"gpu_util": "%", "gpu_power": "mW", "gpu_energy": "mJ", "gpu_sm_clock": "MHz",
                  "gpu_mem_clock": "MHz"}
-INSTANTS = {"consumed", "arrive", "epoch_start", "epoch_end", "worker_start", "worker_end"}
-ARG_KEYS = {"dispatch": "worker", "wait": "flags", "fetch": "flags", "collate": "samples",
+INSTANTS = {"consumed", "arrive", "epoch_start", "epoch_end", "worker_start", "worker_end", "main_cpu"}
+NOT_SLICES = {"runq"}  # a sum over its fetch (run-queue delay), not an interval: in the batches, not drawn
+ARG_KEYS = {"main_cpu": "process_cpu_ns", "dispatch": "worker", "wait": "flags", "fetch": "flags", "collate": "samples",
             "epoch_start": "num_workers", "worker_start": "worker", "worker_end": "worker",
             "exhausted": "took_ns", "fetch (failed)": "flags", "arrive (exhausted)": "flags"}
 FAILED_FETCH, EXHAUSTED_ARRIVE = "fetch (failed)", "arrive (exhausted)"
@@ -187,7 +190,7 @@ def write_chrome_trace(events, out: str | os.PathLike, *, coarse: bool = False, 
         arg = np.where(exhausted, dur, arg)
     summary.exhausted, summary.failed = int(exhausted.sum()), int(failed.sum())
     labels = [*names, FAILED_FETCH, EXHAUSTED_ARRIVE]
-    keep = ~is_counter
+    keep = ~is_counter & ~np.isin(codes, [code_of[n] for n in NOT_SLICES if n in code_of])
     if coarse:
         cats = events["cat"].array
         drop = [i for i, c in enumerate(cats.categories) if c in ("sample", "op")]
