@@ -28,15 +28,21 @@ def test_nothing_to_tell(wait, rate):
 
 
 def test_the_engine_keeps_the_traced_latency_at_the_traced_rate(truth_model):
-    m = truth_model
-    if not m.handoff_service_ms:
-        pytest.skip("the synthetic run has no queueing wait")
-    t = m.traced
+    """A latency that matters (a third of a batch's preparation): at the traced setting the fixed point is the
+    traced latency; at fewer workers (fewer batches a second) it is shorter. A negligible one: not iterated."""
+    import copy
+
+    t = truth_model.traced
+    assert not any(n.startswith("worker -> main") for n in truth_model.predict(t.num_workers, t.cpus).notes)
+    m = copy.copy(truth_model)
+    prep_ms = float((m.measured.items_ns + m.measured.collate_ns + m.measured.other_ns).mean()) / 1e6
+    m.arrive_latency_ms = prep_ms / 3
+    m.handoff_service_ms = service_ns(m.arrive_latency_ms * 1e6, t.samples_per_s / t.batch_size) / 1e6
 
     def latency(p) -> float:
         note = next(n for n in p.notes if n.startswith("worker -> main hand-off"))
         return float(note.split()[4].replace(",", ""))
 
     p = m.predict(t.num_workers, t.cpus)
-    assert latency(p) == pytest.approx(m.arrive_latency_ms, rel=0.2, abs=0.05)
-    assert latency(m.predict(1, t.cpus)) <= latency(p) + 0.05  # fewer batches a second: no longer a wait
+    assert latency(p) == pytest.approx(m.arrive_latency_ms, rel=0.15)
+    assert latency(m.predict(1, t.cpus)) < latency(p)
