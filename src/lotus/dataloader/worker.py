@@ -7,7 +7,8 @@ collate_fn and the two queues, then runs torch's unmodified worker loop:
 
 * index queue ``get`` -> ``(idx, indices)``: batch ``idx`` starts (fetch start, ITT task "Batch")
 * result queue ``put((idx, data))``: batch ends (``fetch``; ``runq``: the thread's run-queue delay and
-  CPU time during it, :mod:`lotus.dataloader.schedstat`), then the ``put`` itself, then a flush
+  CPU time during it and the bytes it read from storage, :mod:`lotus.dataloader.schedstat`), then the
+  ``put`` itself, then a flush
 
 So a worker killed with SIGKILL loses at most the events of the batch it was preparing.
 """
@@ -73,6 +74,16 @@ class _IndexQueue(_QueueView):
 class _ResultQueue(_QueueView):
     """The worker's view of the result queue: marks where each batch ends, then flushes."""
 
+    def _disk_bytes(self) -> int:
+        """Bytes this thread read from storage since the previous batch's end (its start: a worker's thread
+        reads nothing from a disk between batches but its indices), -1 where Linux does not say."""
+        io = self._state.get("io")
+        now = io.read() if io is not None else None
+        if now is None:
+            return S.NO_ID
+        last, self._state["io_last"] = self._state.get("io_last", now), now
+        return max(now - last, 0)
+
     def put(self, obj, *args, **kwargs):
         rec = self._rec
         if not rec.on or type(obj) is not tuple or len(obj) != 2 or type(obj[0]) is not int:
@@ -92,7 +103,7 @@ class _ResultQueue(_QueueView):
                 else:
                     rec.end_batch(t0, S.FETCH_ERROR if kind == "ExceptionWrapper" else 0, t1)
                     if q0 is not None and q1 is not None:  # the scheduler's view of this fetch
-                        rec.rec(S.EV_RUNQ, t0, q1[1] - q0[1], obj[0], S.NO_ID, q1[0] - q0[0])
+                        rec.rec(S.EV_RUNQ, t0, q1[1] - q0[1], obj[0], self._disk_bytes(), q1[0] - q0[0])
         except Exception as exc:
             rec.fail("result queue", exc)
         out = self._q.put(obj, *args, **kwargs)
@@ -119,11 +130,16 @@ def _instrument(cfg: WorkerTraceConfig, args: tuple) -> tuple[tuple, Recorder | 
     rec = Recorder(writer, cfg.loader, cfg.epoch, make_itt(cfg.itt), worker_id=worker_id,
                    budget=DetailBudget(cfg.detail_budget))
     rec.rec(S.EV_WORKER_START, mono(), 0, S.NO_ID, S.NO_ID, worker_id)
-    from lotus.dataloader.schedstat import ThreadSched
+    from lotus.dataloader.schedstat import ThreadIO, ThreadSched
 
-    state: dict = {"sched": ThreadSched()}  # this (the worker's main) thread: the one that runs torch's loop
+    # this (the worker's main) thread: the one that runs torch's loop
+    state: dict = {"sched": ThreadSched(), "io": ThreadIO()}
     if state["sched"].fd < 0:
         del state["sched"]
+    if state["io"].fd < 0:
+        del state["io"]
+    else:
+        state["io_last"] = state["io"].read()
     new = {
         "index_queue": _IndexQueue(compat.worker_arg(args, "index_queue"), rec, state),
         "data_queue": _ResultQueue(compat.worker_arg(args, "data_queue"), rec, state),

@@ -47,6 +47,8 @@ detail              the batch carries per-sample/per-op records (a detail batch:
 runq_ns             the worker thread's time runnable but waiting for a CPU during the fetch (format
                     >= 4 on Linux; NA elsewhere): the CPU contention the batch met
 prep_cpu_ns         the worker thread's time on a CPU during the fetch (format >= 4 on Linux)
+disk_read_bytes     bytes the worker thread read from storage during the fetch: page-cache misses and
+                    their read-ahead (format >= 5 on Linux; NA elsewhere)
 =================== =========================================================================
 """
 
@@ -76,7 +78,7 @@ _PARTS: dict[str, dict[str, str]] = {
     "step": {"dur_ns": "step_dur_ns"},
     "gpu_wait": {"dur_ns": "gpu_wait_ns", "arg": "_gpu_wait_valid"},
     "gpu_step": {"dur_ns": "gpu_step_ns", "arg": "_gpu_step_valid"},
-    "runq": {"dur_ns": "runq_ns", "arg": "prep_cpu_ns"},
+    "runq": {"dur_ns": "runq_ns", "arg": "prep_cpu_ns", "sample": "disk_read_bytes"},
 }
 _SUMS = {"collate": "collate_dur_ns", "put": "put_dur_ns"}
 
@@ -84,7 +86,7 @@ BATCH_COLUMNS = [
     *KEY, "worker_id", "worker_pid", "dispatch_ns", "dispatch_worker", "prep_start_ns", "prep_dur_ns",
     "prep_end_ns", "n_samples", "collate_dur_ns", "put_dur_ns", "failed", "status", "arrive_ns", "pin_start_ns",
     "pin_dur_ns", "wait_start_ns", "wait_dur_ns", "buffered", "consumed_ns", "step_dur_ns", "delay_ns",
-    "queue_ns", "gpu_wait_ns", "gpu_step_ns", "detail", "runq_ns", "prep_cpu_ns",
+    "queue_ns", "gpu_wait_ns", "gpu_step_ns", "detail", "runq_ns", "prep_cpu_ns", "disk_read_bytes",
 ]
 STATUSES = ["ok", "failed"]
 OUTCOME_COLUMNS = [*KEY, "worker_id", "pid", "outcome", "start_ns", "dur_ns"]
@@ -96,7 +98,7 @@ def batches_from_events(events):
     codes = np.asarray(name_cat.codes)
     lookup = {str(c): i for i, c in enumerate(name_cat.categories)}
     has_batch = events["batch_id"].to_numpy() >= 0
-    cols = [*KEY, "worker_id", "pid", "start_ns", "dur_ns", "arg"]
+    cols = [*KEY, "worker_id", "pid", "start_ns", "dur_ns", "arg", "sample"]
     frames = []
 
     def rows(name):
@@ -219,6 +221,8 @@ def batches_from_joined(df, attrs, *, only_batches: bool = True, warn_clocks: bo
     out["detail"] = (flagged | has_samples | (not any_flagged)).astype(bool)
     for c in ("runq_ns", "prep_cpu_ns"):
         out[c] = col(c).astype("Int64")
+    disk = col("disk_read_bytes").astype("Int64")
+    out["disk_read_bytes"] = disk.where(disk >= 0)  # -1: a format-4 record, or Linux did not say
     joined_attrs = df.attrs
     df = n = flags = wflags = has_samples = flagged = v = ok = None  # the joined parts: freed before the copies below
     out = out[BATCH_COLUMNS]

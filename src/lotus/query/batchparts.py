@@ -139,7 +139,7 @@ class BatchParts:
 
     def add(self, rank: int, code, bid, loader, epoch, fields: dict) -> None:
         """Folded rows of one chunk (batch id >= 0, kinds of :meth:`codes`), in file order: ``fields``
-        maps a source column (worker_id, pid, start_ns, dur_ns, arg) to its values (an array over the
+        maps a source column (worker_id, pid, start_ns, dur_ns, arg, sample) to its values (an array over the
         rows, or a scalar)."""
         self.events += len(code)
         touched: list[dict] = []

@@ -167,7 +167,8 @@ def _keep(acc, parts, arr, code, idx, fs, lookups) -> int:
     if parts is not None and folded.any():
         f = np.flatnonzero(folded)
         parts.add(fs.consts["rank"], kc[f], bid[f], lo[f], ep[f], {"worker_id": fs.consts["worker_id"],
-                  "pid": fs.consts["pid"], "start_ns": start[f], "dur_ns": dur[f], "arg": karg[f]})
+                  "pid": fs.consts["pid"], "start_ns": start[f], "dur_ns": dur[f], "arg": karg[f],
+                  "sample": arr["sample"][idx][f]})
         failed = (kc == S.EV_FETCH) & (karg > 0) & ((karg & S.FETCH_ERROR) != 0)  # rows of fetch_outcomes
         gone = folded & lookups[1][kc] & ~failed
         if gone.any():

@@ -22,9 +22,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-FORMAT_VERSION = 4  # 2: per-sample detail by budget (fetch FETCH_DETAIL), one `sample` record per item;
+FORMAT_VERSION = 5  # 2: per-sample detail by budget (fetch FETCH_DETAIL), one `sample` record per item;
 # 3: a num_workers=0 batch as one pair of packed records (PACKED_MAIN_BATCH, expanded by the readers);
 # 4: the scheduler's view where Linux gives it: `runq` per worker batch, `main_cpu` every few batches
+# 5: a `runq` record's sample = the bytes its thread read from storage during the fetch (-1: unknown)
 MAGIC = b"LOTUSTR1"
 PREAMBLE = struct.Struct("<8sII")
 RECORD = struct.Struct("<hhiqqqqq")
@@ -157,7 +158,8 @@ BUILTIN_EVENTS: tuple[EventKind, ...] = (
     EventKind(25, "workers_set", "marker", "num_workers='auto' chose arg workers for the epoch about to start"),
     EventKind(26, "runq", "batch",
               "the worker's thread during its fetch of batch_id (start = the fetch's start): dur = time it was "
-              "runnable but waiting for a CPU (run-queue delay), arg = time it ran on a CPU (Linux schedstat)"),
+              "runnable but waiting for a CPU (run-queue delay), arg = time it ran on a CPU (Linux schedstat), "
+              "sample = bytes it read from storage (version >= 5, Linux /proc/thread-self/io; -1: unknown)"),
     EventKind(27, "main_cpu", "marker",
               "main process CPU so far (instant, every MAIN_CPU_EVERY hand-offs of a loader with workers): "
               "arg = CPU ns of all its threads, "
