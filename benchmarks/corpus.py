@@ -38,6 +38,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 JOB = [sys.executable, str(REPO / "benchmarks" / "reference_train.py")]
 JPEG = ["-b", "128", "--bf16", "--channels-last", "--pin-memory", "--persistent-workers"]
+IO = ["--make-files", "8192", "256", "--synthetic", "1", "-a", "none", "--step-ms", "1", "-b", "16",
+      "--persistent-workers"]
 
 # name: (job args with {data}, cpus, workers, tune sweep, sensitivity grid, what it stands for)
 SHAPES = {
@@ -56,6 +58,11 @@ SHAPES = {
         "short_epochs": (["--synthetic", "2", "--samples", "512", "-a", "none", "--step-ms", "5", "-b", "32"],
                          8, 8, [2, 4, 8, 12, 16], [2, 4, 8],
                          "16-batch epochs, 8 workers not persistent: epochs shorter than the ramp"),
+        # 8 GiB: more than a run reads of a disk that gives ~520 MB/s cold (no throttle there: no io controller);
+        # run under benchmarks/slowdisk.sh DIR 0 MEM (a page cache smaller than the dataset)
+        "io_bound": (["--files", "{files}", "--make-files", "8192", "1024", "--synthetic", "0.2", "-a", "none",
+                      "--step-ms", "1", "-b", "16", "--persistent-workers"], 8, 4, [1, 2, 4, 8, 16], [1, 2, 4, 8],
+                     "8,192 files of 1 MiB read whole + 0.2 ms CPU each, 1 ms step: I/O-bound"),
     },
     "local": {
         "cpu_bound": (["--synthetic", "4", "--samples", "4096", "-a", "none", "--step-ms", "1", "-b", "16",
@@ -72,6 +79,9 @@ SHAPES = {
                        "--persistent-workers"], 2, 2, [1, 2, 4], [1, 2], "0.05 ms/sample, batch 256"),
         "short_epochs": (["--synthetic", "2", "--samples", "256", "-a", "none", "--step-ms", "2", "-b", "16"],
                          2, 4, [1, 2, 4, 8], [1, 2], "16-batch epochs, 4 workers not persistent"),
+        # run under benchmarks/slowdisk.sh (a throttled disk and a page cache smaller than the dataset)
+        "io_bound": (["--files", "{files}", *IO], 2, 2, [1, 2, 4, 8], [1, 2],
+                     "8,192 files of 256 KiB read whole + 1 ms CPU each, 1 ms step: I/O-bound"),
     },
 }
 COMMANDS = ("whatif", "stalls", "tune", "sens")
@@ -87,8 +97,17 @@ class Corpus:
 
     def args(self, shape: str, workers: int, seconds: float | None = None) -> list[str]:
         spec = self.shapes[shape]
-        job = [str(self.a.data) if x == "{data}" else x for x in spec[0]]
+        job = [str(self.a.data) if x == "{data}" else str(self.a.files) if x == "{files}" else x for x in spec[0]]
         return [*JOB, *job, "-j", str(workers), "--seconds", str(seconds or self.a.seconds)]
+
+    def evict(self, shape: str) -> None:
+        """A shape reading files (``--files``): its dataset out of the page cache before every run, lotus's or
+        the job's own, so each starts from the same state (pages cached outside a memory cgroup of
+        benchmarks/slowdisk.sh would otherwise stay hits that escape its throttle and its budget)."""
+        if "{files}" in self.shapes[shape][0] and self.a.files.is_dir():
+            from lotus.profile import pagecache
+
+            pagecache.evict([str(f) for f in sorted(self.a.files.iterdir()) if f.is_file()])
 
     def cpus(self, c: int) -> str:
         return f"0-{c - 1}"
@@ -101,6 +120,7 @@ class Corpus:
         if self.late():
             return None
         f.parent.mkdir(parents=True, exist_ok=True)
+        self.evict(shape)
         t = time.monotonic()
         r = subprocess.run(["taskset", "-c", self.cpus(c), *self.args(shape, w), "--json", str(f) + ".tmp"],
                            check=False, capture_output=True, text=True, timeout=600)
@@ -111,11 +131,17 @@ class Corpus:
         Path(str(f) + ".tmp").unlink()
         d["wall_s"] = time.monotonic() - t
         f.write_text(json.dumps(d))
-        print(f"truth {shape} c{c} w{w}: {d['samples_per_s']:.1f}/s wait {d['wait_share']:.3f} "
-              f"({d['wall_s']:.0f} s)", flush=True)
+        if d["samples_per_s"] is None:  # no steady state in the run (the prefetched ramp took it all)
+            print(f"truth {shape} c{c} w{w}: no steady state after the {d['ramp_batches']}-batch ramp "
+                  f"({d['batches_total']} batches in {d['wall_s']:.0f} s)", flush=True)
+        else:
+            print(f"truth {shape} c{c} w{w}: {d['samples_per_s']:.1f}/s wait {d['wait_share']:.3f} "
+                  f"({d['wall_s']:.0f} s)", flush=True)
         return d
 
-    def lotus(self, argv: list[str], out: Path) -> tuple[dict | None, float, str]:
+    def lotus(self, argv: list[str], out: Path, shape: str | None = None) -> tuple[dict | None, float, str]:
+        if shape is not None:
+            self.evict(shape)
         t = time.monotonic()
         r = subprocess.run([sys.executable, "-m", "lotus", *argv], check=False, capture_output=True, text=True,
                            timeout=1800)
@@ -143,6 +169,7 @@ class Corpus:
         if not (run / "own.json").exists():
             run.parent.mkdir(parents=True, exist_ok=True)
             own = run.parent / f"{shape}.own.json"
+            self.evict(shape)
             subprocess.run([sys.executable, "-m", "lotus", "run", "--cpus", self.cpus(c), "-o", str(run),
                             "--no-verdict", "--", *self.args(shape, w), "--json", str(own)],
                            check=False, capture_output=True, text=True, timeout=900)
@@ -150,8 +177,10 @@ class Corpus:
                 return None
             own.rename(run / "own.json")
         pts = [2, 8] if w == 0 else [max(w // 2, 1), 2 * w]
+        files = ["--data", str(self.a.files)] if "{files}" in self.shapes[shape][0] else []  # as a user would
         pred, secs, err = self.lotus(["whatif", "-d", str(run), "--workers", ",".join(map(str, pts)),
-                                      "--cpus", str(c), "--json"], self.work / "results" / f"{shape}.whatif")
+                                      "--cpus", str(c), *files, "--json"], self.work / "results" / f"{shape}.whatif",
+                                     shape)
         if pred is None:
             return {"lotus": None, "truth": None, "error": None, "note": err}
         rows = []
@@ -160,8 +189,13 @@ class Corpus:
             if t is None:
                 return None
             rows.append({"workers": p["num_workers"], "lotus": p["samples_per_s"], "truth": t["samples_per_s"],
-                         "truth_ci95": t["ci95"], "error": p["samples_per_s"] / t["samples_per_s"] - 1})
-        worst = max(rows, key=lambda r: abs(r["error"]))
+                         "truth_ci95": t["ci95"],
+                         "error": p["samples_per_s"] / t["samples_per_s"] - 1 if t["samples_per_s"] else None})
+        scored = [r for r in rows if r["error"] is not None]
+        if not scored:
+            return {"lotus": None, "truth": None, "error": None, "note": "the job alone reached no steady state",
+                    "detail": {"points": rows}}
+        worst = max(scored, key=lambda r: abs(r["error"]))
         return {"lotus": worst["lotus"], "truth": worst["truth"], "error": worst["error"], "probes": 1,
                 "seconds": secs, "detail": {"points": rows, "traced": pred.get("measured")}}
 
@@ -169,7 +203,7 @@ class Corpus:
         _, c, w, *_ = self.shapes[shape]
         out = self.work / "stalls" / shape
         d, secs, err = self.lotus(["stalls", "--cpus", self.cpus(c), "--max-seconds", str(self.a.seconds),
-                                   "--out", str(out), "--json", "--", *self.args(shape, w, 100000)], out)
+                                   "--out", str(out), "--json", "--", *self.args(shape, w, 100000)], out, shape)
         t = self.plain(shape, c, w)
         if t is None:
             return None
@@ -187,7 +221,7 @@ class Corpus:
         d, secs, err = self.lotus(["tune", "--only", "num_workers", "--cpus", self.cpus(c), "--max-seconds",
                                    str(self.a.seconds), "--budget-minutes", str(self.a.tune_minutes),
                                    "--max-workers", str(max(sweep)), "--out", str(out), "--json", "--",
-                                   *self.args(shape, w, 100000)], out)
+                                   *self.args(shape, w, 100000)], out, shape)
         truth = {x: self.plain(shape, c, x) for x in sweep}
         if any(v is None for v in truth.values()):
             return None
@@ -214,7 +248,7 @@ class Corpus:
                 "--max-probes", str(self.a.sens_probes), "--out", str(out), "--json"]
         if self.a.data and "{data}" in self.shapes[shape][0]:
             argv += ["--cache-gb", str(self.a.cache_gb)]
-        d, secs, err = self.lotus([*argv, "--", *self.args(shape, max(w, 1), 100000)], out)
+        d, secs, err = self.lotus([*argv, "--", *self.args(shape, max(w, 1), 100000)], out, shape)
         # the job alone at each CPU count: the best of g and 2g workers (g only from 4 CPUs on), and of the
         # worker count lotus's cell ran or predicted (0 workers can be the best on one CPU: no hand-off)
         used = {} if d is None else {p["cpus"]: p.get("num_workers") for p in d["matrix"]}
@@ -244,6 +278,9 @@ class Corpus:
                            (d.get("model_check") or {}).get("holds")}}
 
     def run(self, shapes: list[str], commands: list[str]) -> None:
+        if any("{files}" in self.shapes[s][0] for s in shapes):  # the files first: no run of a shape makes them
+            subprocess.run([*self.args(next(s for s in shapes if "{files}" in self.shapes[s][0]), 0, 0.1),
+                            "--max-batches", "2"], check=False, capture_output=True, timeout=900)
         for shape in shapes:
             for cmd in commands:
                 if self.result(shape, cmd).exists():
@@ -282,7 +319,9 @@ def table(work: Path, hosts: dict[str, Path] | None = None) -> str:
             note.append(f"median |error| {100 * d['median_abs_error']:.1f}%, demand {d['demand']} "
                         f"(truth {d['truth_demand']})")
         if d["command"] == "whatif":
-            note.append(", ".join(f"{p['workers']}w {100 * p['error']:+.1f}%" for p in d["detail"]["points"]))
+            note.append(", ".join(f"{p['workers']}w {100 * p['error']:+.1f}%" if p["error"] is not None else
+                                  f"{p['workers']}w (no truth: the job alone reached no steady state)"
+                                  for p in d["detail"]["points"]))
             traced = d["detail"].get("traced") or {}
             if traced.get("disagrees"):
                 note.append(f"flagged by whatif: the model is {100 * traced['error']:+.0f}% off the traced run")
@@ -303,6 +342,8 @@ def main(argv=None) -> int:
     p.add_argument("--work", required=True,
                    help="the work folder; with --table also HOST=DIR,HOST=DIR: one table of several hosts")
     p.add_argument("--data", type=Path, default=None, help="ImageFolder root for the JPEG shapes")
+    p.add_argument("--files", type=Path, default=Path("/tmp/lotus-files"),
+                   help="the io_bound shape's files (made by its first run; run it under benchmarks/slowdisk.sh)")
     p.add_argument("--shapes", default=None, help="comma-separated (default: all of --host)")
     p.add_argument("--commands", default=",".join(COMMANDS))
     p.add_argument("--seconds", type=float, default=10.0, help="steady seconds of every run and probe cap")

@@ -34,10 +34,21 @@ data 8192 || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/env.txt" 2>&1
 $PY -c "import torch, torchvision, sys; print(sys.version.split()[0], torch.__version__, torchvision.__version__)" >> "$OUT/env.txt"
 nproc >> "$OUT/env.txt"
-for step in ${STEPS:?set STEPS to shape:cmd,cmd ...}; do
+for step in ${STEPS:-}; do
     left=$(( ${LIMIT_S:-540} - ($(date +%s) - T0) ))
     [ "$left" -le 30 ] && { echo "skip $step: time"; continue; }
     $PY "$REPO/benchmarks/corpus.py" --host gpu --data "$DATA" --work "$WORK" --shapes "${step%%:*}" \
+        --commands "${step##*:}" --seconds "${SECS:-8}" --tune-minutes "${TUNE_MIN:-2.5}" --deadline-s "$left" \
+        2>&1 | grep -v "^|" | tail -20
+    pack
+done
+# IO_STEPS="io_bound:whatif,stalls,...": the I/O-bound shape on a disk throttled to IO_MBPS MB/s with IO_MEM MiB
+# of memory for the jobs and their page cache (benchmarks/slowdisk.sh; its own cgroup, the other shapes not)
+for step in ${IO_STEPS:-}; do
+    left=$(( ${LIMIT_S:-540} - ($(date +%s) - T0) ))
+    [ "$left" -le 30 ] && { echo "skip $step: time"; continue; }
+    "$REPO/benchmarks/slowdisk.sh" /tmp/lotus-files "${IO_MBPS:-100}" "${IO_MEM:-2048}" -- \
+        $PY "$REPO/benchmarks/corpus.py" --host gpu --files /tmp/lotus-files --work "$WORK" --shapes "${step%%:*}" \
         --commands "${step##*:}" --seconds "${SECS:-8}" --tune-minutes "${TUNE_MIN:-2.5}" --deadline-s "$left" \
         2>&1 | grep -v "^|" | tail -20
     pack

@@ -8,6 +8,7 @@ over 10 consecutive blocks), and the share of the loop's time spent waiting in n
 
     python benchmarks/reference_train.py DATA -a resnet18 -b 128 -j 15 --bf16 --seconds 20 --json out.json
     python benchmarks/reference_train.py --synthetic 8 -b 16 -j 2 --seconds 10    # 8 ms CPU per sample, no GPU
+    python benchmarks/reference_train.py --files /tmp/f --make-files 8192 256 --synthetic 1 -a none -b 16 -j 2
 
 DATA is an ImageFolder root (class folders or a train/ folder of them). ``--synthetic MS`` replaces it by
 a dataset whose samples cost MS milliseconds of CPU each (a spin loop), for machines without images or
@@ -55,6 +56,41 @@ class Spin(Dataset):
         return torch.full((3, 32, 32), float(i % 7)), i % 10
 
 
+class Files(Dataset):
+    """One sample a file of ``root`` (sorted names): its bytes read whole (``open``/``read``), then ``ms``
+    milliseconds of CPU (thread time) and a 3x32x32 tensor of its first bytes: an I/O-bound job where the disk
+    is slower than the workers (``benchmarks/slowdisk.sh`` gives a machine such a disk and a page-cache
+    budget). ``files`` is the attribute lotus lists the dataset's files from (its cache probes evict them)."""
+
+    def __init__(self, root: Path, ms: float = 0.0):
+        self.files = sorted(str(f) for f in Path(root).iterdir() if f.is_file())
+        if not self.files:
+            raise SystemExit(f"{root}: no files")
+        self.ms = ms
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        with open(self.files[i], "rb") as f:
+            b = f.read()
+        end = time.thread_time_ns() + int(self.ms * 1e6)
+        while time.thread_time_ns() < end:
+            pass
+        head = torch.frombuffer(bytearray(b[:3072].ljust(3072, b"\0")), dtype=torch.uint8)
+        return head.view(3, 32, 32).float(), i % 10
+
+
+def make_files(root: Path, count: int, kib: int) -> None:
+    """``count`` files of ``kib`` KiB under ``root`` (kept when already there): each its index repeated (no
+    file system here compresses or shares blocks, and a pattern writes faster than random bytes)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        f = root / f"{i:07d}.bin"
+        if not f.exists() or f.stat().st_size != kib * 1024:
+            f.write_bytes(i.to_bytes(8, "little") * (kib * 128))
+
+
 def image_folder(root: Path):
     import torchvision
     from torchvision import transforms as T
@@ -90,6 +126,10 @@ def main(argv=None) -> int:
     p.add_argument("data", nargs="?", type=Path)
     p.add_argument("--synthetic", type=float, default=None, metavar="MS", help="CPU ms per sample instead of DATA")
     p.add_argument("--samples", type=int, default=8192, help="dataset size with --synthetic")
+    p.add_argument("--files", type=Path, default=None, metavar="DIR",
+                   help="one sample a file of DIR, read whole (+ --synthetic MS of CPU each): I/O-bound")
+    p.add_argument("--make-files", type=int, nargs=2, default=None, metavar=("COUNT", "KIB"),
+                   help="with --files: first create COUNT files of KIB KiB there (kept when present)")
     p.add_argument("--jitter", type=float, default=0.0, metavar="SIGMA",
                    help="with --synthetic: log-normal spread of the per-sample cost (mean kept)")
     p.add_argument("-a", "--arch", default="resnet18", help="torchvision model, or 'none' (no model step)")
@@ -105,9 +145,14 @@ def main(argv=None) -> int:
     p.add_argument("--max-batches", type=int, default=100000)
     p.add_argument("--json", type=Path, default=None, help="write the result here (also printed)")
     a = p.parse_args(argv)
-    if a.synthetic is None and a.data is None:
-        p.error("give DATA or --synthetic MS")
-    ds = Spin(a.samples, a.synthetic, a.jitter) if a.synthetic is not None else image_folder(a.data)
+    if a.synthetic is None and a.data is None and a.files is None:
+        p.error("give DATA, --files DIR or --synthetic MS")
+    if a.files is not None:
+        if a.make_files:
+            make_files(a.files, *a.make_files)
+        ds = Files(a.files, a.synthetic or 0.0)
+    else:
+        ds = Spin(a.samples, a.synthetic, a.jitter) if a.synthetic is not None else image_folder(a.data)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = None
     if a.arch != "none":

@@ -161,15 +161,16 @@ class CpuModel:
     main_cpu_cores: float = 1.0  # CPU the main process uses
     contention: float = 0.0  # slowdown per extra worker running at once
     cpu_fraction: float = 1.0  # share of worker time that needs a CPU (the rest waits: I/O, sleep)
-    capacity: float = 1.0  # CPUs' worth of work one CPU does here (< 1: hyper-threads, other tenants)
+    capacity: float = 1.0  # CPUs' worth of work one CPU does here (> 1: fewer runnable than the load says)
     main_measured: bool = False  # main_cpu_cores is the main process's measured use (all its threads)
+    other_cpus: float = 0.0  # other work runnable on the same CPUs (other tenants), in CPUs: shares them too
 
     def stretch(self, busy: float, cpus: float | None, main_busy: float = 1.0) -> float:
         """``main_busy``: share of the time the main process is not blocked waiting for a batch (ignored
         where the main process's CPU use was measured: that use is the whole of it)."""
         main = self.main_cpu_cores if self.main_measured else self.main_cpu_cores * min(max(main_busy, 0.0), 1.0)
-        return cpu_stretch(busy, None if cpus is None else cpus * self.capacity, main, self.contention,
-                           self.cpu_fraction)
+        return cpu_stretch(busy, None if cpus is None else cpus * self.capacity, main + self.other_cpus,
+                           self.contention, self.cpu_fraction)
 
 
 def cpu_stretch(busy_workers: float, cpus: float | None, main_cpu_cores: float = 1.0, contention: float = 0.0,

@@ -1,4 +1,4 @@
-"""The fit with the scheduler's view (trace format 4): measured CPU fraction, main process and capacity;
+"""The fit with the scheduler's view (trace format 4): measured CPU fraction, main process, capacity or other work;
 and a batch's items capped at its fetch."""
 
 from __future__ import annotations
@@ -37,13 +37,31 @@ def test_cpu_fraction_is_cpu_time_over_the_uncontended_time():
     cpu, phi, _ = _sched_cpu([SimpleNamespace(summary=s)], 1.0, None)
     assert phi == pytest.approx(0.5)
     ps = 1 + 1 / 4.5
-    assert cpu.capacity == pytest.approx((0.5 * 2 + 0.2) / (2 * ps))
+    # the job's load (0.5 * 2 + 0.2 = 1.2 CPUs) leaves CPUs idle: the delay met is other work's, a load of its own
+    assert cpu.capacity == 1.0 and cpu.other_cpus == pytest.approx(2 * ps - 1.2)
+    assert cpu.stretch(2, 2) == pytest.approx(0.5 * ps + 0.5)  # the run's own stretch of its fetches
+    # three workers: the other work stays: (1.5 + 0.2 + other) / 2 CPUs
+    assert cpu.stretch(3, 2) == pytest.approx(0.5 * (1.7 + 2 * ps - 1.2) / 2 + 0.5)
+
+
+def test_other_work_stays_where_a_capacity_would_scale_with_the_job():
+    # an I/O-bound job (CPU fraction 0.3, 2 busy workers: 0.64 CPUs with its main process) on 2 CPUs shared with
+    # a CPU-bound tenant: its wake-ups waited on the run queue 0.9 ns a ns on a CPU
+    s = _summary(sched_prep_ns=10e9, sched_runq_ns=2.7e9, sched_cpu_ns=3e9, main_cpu_cores=0.04,
+                 busy_workers=2.0)
+    cpu, phi, notes = _sched_cpu([SimpleNamespace(summary=s)], 1.0, None)
+    ps = 1 + 2.7 / 3
+    assert phi == pytest.approx(3 / 7.3) and cpu.other_cpus == pytest.approx(2 * ps - (phi * 2 + 0.04))
+    assert "other work runnable on the CPUs" in notes[0]
+    # twice the workers: the CPU part stretches by (4 phi + main + other) / 2, not by the job's load doubled
+    assert cpu.stretch(4, 2) == pytest.approx(phi * (4 * phi + 0.04 + cpu.other_cpus) / 2 + 1 - phi)
 
 
 def test_no_shortage_met_keeps_capacity_one_and_a_given_fraction_wins():
     s = _summary(sched_prep_ns=10e9, sched_runq_ns=0.05e9, sched_cpu_ns=9.9e9, main_cpu_cores=0.1, busy_workers=1.0)
     cpu, phi, notes = _sched_cpu([SimpleNamespace(summary=s)], 1.0, 0.7)
-    assert cpu.capacity == 1.0 and phi is None and cpu.cpu_fraction == 0.7 and "assumed" in notes[0]
+    assert cpu.capacity == 1.0 and cpu.other_cpus == 0.0 and phi is None and cpu.cpu_fraction == 0.7
+    assert "no CPU shortage met" in notes[0]
 
 
 def test_runs_without_it_keep_the_assumptions():

@@ -12,6 +12,9 @@ not only means:
 * cache hit rate ``h``: each item of a batch misses with probability ``1 - h`` (binomial per batch) and
   a miss costs ``cold_load_ms - warm_load_ms`` more (fewer, from a cold base). With ``io_bytes_per_s``
   and ``bytes_per_sample`` the misses also share the disk: ``rate <= io_bytes_per_s / ((1-h) * bytes)``.
+* storage: where the traces say how long each fetch waited on reads from storage (format >= 5) and the
+  dataset's files were read at other numbers of readers (:mod:`lotus.model.storage`), that time is scaled
+  by what the storage gave N readers against the traced workers.
 * the loop's step: the measured sequence from a random offset as well; hand-off, dispatch and pinning
   drawn at random from the measured ones.
 * CPUs: worker work stretched at the fixed point of :func:`lotus.sim.cpu_stretch`.
@@ -55,7 +58,7 @@ def _step_at(model, bs: int) -> tuple[np.ndarray | None, str | None]:
     return steps[nearest] * (target / steps[nearest].mean()), None
 
 
-def _prep_ns(model, bs: int, hit: float | None, rng, n: int):
+def _prep_ns(model, bs: int, hit: float | None, rng, n: int, nw: int):
     """Uncontended preparation time per batch (ns) and the mean per-item parts (for naming the bottleneck)."""
     m = model.measured
     traced_bs = max(int(np.median(m.n)), 1)
@@ -81,6 +84,9 @@ def _prep_ns(model, bs: int, hit: float | None, rng, n: int):
     else:
         collate = np.full(n, (model.collate_ms_per_batch + model.collate_ms_per_sample * bs) * 1e6)
     prep = items + collate + m.other_ns[idx[:, 0]]
+    f = model.io_factor(max(nw, 1))
+    if m.io_ns is not None and f != 1.0:  # the batches' storage time at this many readers (lotus.model.storage)
+        prep = prep + (f - 1.0) * m.io_ns[idx].sum(axis=1) * scale
     parts = {name: d.mean_ms for name, d in model.op_ms.items() if name != "collate" and d.mean_ms}
     if "load" in parts and hit is not None and model.warm_load_ms is not None and model.base_state == "warm":
         parts["load"] = model.warm_load_ms
@@ -116,7 +122,7 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
         out.reason = "the warm (page cache) read cost is unknown: only cold-cache runs were traced"
         return out
     rng = np.random.default_rng(seed)
-    prep, parts, cold_part = _prep_ns(model, bs, cache_hit_rate, rng, n_batches)
+    prep, parts, cold_part = _prep_ns(model, bs, cache_hit_rate, rng, n_batches, nw)
     m = model.measured
     handoff = rng.choice(m.handoff_ns, n_batches) if m.handoff_ns.size else np.zeros(n_batches)
     dispatch = rng.choice(m.dispatch_ns, n_batches) if m.dispatch_ns.size else np.zeros(n_batches)
@@ -205,7 +211,7 @@ def _epoch_cycle(model, bs, nw, cpus, pf, rate, wait_share, handoff, dispatch, p
     e = max(1, round(model.epoch_batches * model.traced.batch_size / bs))
     n = min(e, EPOCH_SIM_CAP)
     rng = np.random.default_rng(seed + 1)
-    prep, _, _ = _prep_ns(model, bs, hit, rng, n)
+    prep, _, _ = _prep_ns(model, bs, hit, rng, n, nw)
     steps, _ = _step_at(model, bs)
     step = steps[(rng.integers(0, len(steps)) + np.arange(n)) % len(steps)]
     h = np.resize(handoff, n)
@@ -236,8 +242,11 @@ def _bottleneck(model, p: Prediction, parts: dict, cold_part: float, io_cap, ste
     elif p.wait_share is not None and p.wait_share < FINE_WAIT:
         pin_ns = float(pin.mean()) if pin is not None else 0.0
         return "main process" if max(handoff_ns, pin_ns) > step_ns else "step (GPU/model)"
-    elif p.cpus is not None and \
-            model.cpu_fraction * (p.num_workers + 1) + model.main_cpu_cores > p.cpus * model.cpu_capacity:
+    io = (model.traced.io_wait_share or 0.0) * model.io_factor(p.num_workers)
+    if p.num_workers > 0 and io > 0.5 * (1.0 - (model.traced.io_wait_share or 0.0) + io):
+        return "I/O (cold reads)"  # most of a fetch's time waits for storage at this many workers
+    if p.num_workers > 0 and p.cpus is not None and model.cpu_fraction * (p.num_workers + 1) \
+            + model.main_cpu_cores + model.other_cpus > p.cpus * model.cpu_capacity:
         return "CPUs"
     name, worst = max(parts.items(), key=lambda kv: kv[1]) if parts else ("preprocessing", 0.0)
     if cold_part > worst:

@@ -164,7 +164,9 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
     measured = Measured(
         n=n, items_ns=items_, load_ns=load_per, cold_reads=cold_reads, collate_ns=collate,
         other_ns=pool(lambda o: o.other_ns), step_ns=step_ns, handoff_ns=handoff, dispatch_ns=dispatch,
-        pin_ns=_joined(pins) if pins else None)
+        pin_ns=_joined(pins) if pins else None,
+        io_ns=_joined([o.io_ns if o.io_ns is not None else np.zeros(len(o.n)) for o in base])
+        if any(o.io_ns is not None for o in base) else None)
     op_ms = {}
     for name in dict.fromkeys(k for o in base for k in o.op_ns):  # durations: arrays or streams (scanned runs)
         op_ms[name] = dist_of([(o.op_ns.get(name), o.summary.cpu_stretch) for o in base])
@@ -186,7 +188,7 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         free_gap_ms=_median_of(base, "free_gap_ns", 5_000) / 1e6,
         contention=cpu.contention, contention_identified=alpha_known, cpu_fraction=cpu.cpu_fraction,
         cpu_fraction_identified=phi_known, main_cpu_cores=cpu.main_cpu_cores,
-        cpu_capacity=cpu.capacity, main_cpu_measured=cpu.main_measured,
+        cpu_capacity=cpu.capacity, main_cpu_measured=cpu.main_measured, other_cpus=cpu.other_cpus,
         traced=obs[0].summary, epoch_batches=epoch_batches,
         epoch_gap_per_worker_ms=epoch_gap_per_worker_ms, epoch_gap0_ms=epoch_gap0_ms,
         epoch_boot_ms=epoch_boot_ms,

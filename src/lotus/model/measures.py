@@ -272,6 +272,20 @@ def sched_sums(b, have) -> tuple[float, float, float] | None:
     return float(prep[ok].sum()), float(runq[ok].sum()), float(cpu[ok].sum())
 
 
+def storage_waits(b, have) -> tuple[np.ndarray, float, float] | None:
+    """Per batch, the time its fetch spent off a CPU while reading from storage (ns: fetch - on-CPU -
+    run-queue, for the batches whose thread read bytes from a block device, ``disk_read_bytes`` > 0, format
+    >= 5 on Linux; 0 for the others), with the bytes read and the samples of the batches that say; None when
+    no batch read from storage."""
+    disk = _f64(b["disk_read_bytes"])
+    if not (np.isfinite(disk) & (disk > 0) & have).any():
+        return None
+    prep, runq, cpu, n = (_f64(b[c]) for c in ("prep_dur_ns", "runq_ns", "prep_cpu_ns", "n_samples"))
+    ok = have & np.isfinite(disk) & np.isfinite(prep) & np.isfinite(runq) & np.isfinite(cpu)
+    io = np.where(ok & (disk > 0), np.maximum(prep - cpu - runq, 0.0), 0.0)
+    return io, float(disk[ok].sum()), float(np.nansum(n[ok]))
+
+
 def main_cpu_cores(ev, loader: int) -> float | None:
     """The main process's CPU use in cores (all its threads) from its ``main_cpu`` records of ``loader``: the
     CPU between the second and the last record of each rank over the time between them (the first is taken

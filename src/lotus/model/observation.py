@@ -49,6 +49,7 @@ class Observation:
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     levels: list | None = None  # measures.concurrency_levels: (workers at once, ms a sample, batches)
+    io_ns: np.ndarray | None = None  # per batch: off a CPU reading from storage (measures.storage_waits)
 
 
 # the batches columns observe() reads (with lotus.model.measures, lotus.analysis.throughput.loader_rates and
@@ -57,7 +58,7 @@ class Observation:
 MODEL_COLUMNS = ["rank", "loader", "epoch", "batch_id", "worker_id", "dispatch_ns", "prep_start_ns", "prep_dur_ns",
                  "prep_end_ns", "n_samples", "collate_dur_ns", "put_dur_ns", "failed", "arrive_ns", "pin_dur_ns",
                  "wait_start_ns", "wait_dur_ns", "buffered", "consumed_ns", "step_dur_ns", "queue_ns", "gpu_step_ns",
-                 "detail", "runq_ns", "prep_cpu_ns"]
+                 "detail", "runq_ns", "prep_cpu_ns", "disk_read_bytes"]
 
 
 def _i64(s, fill=-1) -> np.ndarray:
@@ -127,6 +128,9 @@ def observe(run: RunTrace) -> Observation:
     sched = measures.sched_sums(src.cols(["prep_dur_ns", "runq_ns", "prep_cpu_ns"]), have) \
         if nw > 0 and src.has("runq_ns") else None
     main_cores = measures.main_cpu_cores(run.events, loader)
+    storage = measures.storage_waits(src.cols(["prep_dur_ns", "runq_ns", "prep_cpu_ns", "disk_read_bytes",
+                                               "n_samples"]), have) \
+        if nw > 0 and src.has("disk_read_bytes") else None
 
     # per-batch sums of per-sample events, op durations, dispatches and re-reads, matched on the batch key
     ev = run.events
@@ -167,7 +171,9 @@ def observe(run: RunTrace) -> Observation:
         steady_wait_share=steady_wait, busy_workers=busy, sample_ms=sample_ms,
         dataset_len=measures.int_or_none(desc.get("dataset_len")), sampler=desc.get("sampler"),
         sched_prep_ns=sched[0] if sched else None, sched_runq_ns=sched[1] if sched else None,
-        sched_cpu_ns=sched[2] if sched else None, main_cpu_cores=main_cores)
+        sched_cpu_ns=sched[2] if sched else None, main_cpu_cores=main_cores,
+        disk_bytes_per_sample=storage[1] / storage[2] if storage and storage[2] > 0 else None,
+        io_wait_share=float(storage[0].sum() / np.nansum(prep[have])) if storage else None)
     if desc.get("in_order") is False or desc.get("delivery_order") not in (None, "in_order"):
         notes.append(f"{run.name}: the loader does not deliver in order; the model simulates in-order delivery")
     return Observation(
@@ -177,7 +183,7 @@ def observe(run: RunTrace) -> Observation:
         step_ns=step_ns, step_source=step_source, handoff_ns=handoff, dispatch_ns=dispatch_ns, pin_ns=pin,
         start_latency_ns=start_lat, arrive_latency_ns=arrive_lat, free_gap_ns=free_gap, reread=reread,
         description=desc, epoch_batches=epoch_batches, epoch_gap_ns=epoch_gaps, epoch_boot_ns=epoch_boots,
-        missing=missing, notes=notes, levels=levels)
+        missing=missing, notes=notes, levels=levels, io_ns=_take(storage[0], have) if storage else None)
 
 
 def _items(d, src, n, prep, have, missing):

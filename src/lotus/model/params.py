@@ -62,6 +62,9 @@ class RunSummary:
     sched_runq_ns: float | None = None  # of it, runnable but waiting for a CPU
     sched_cpu_ns: float | None = None  # of it, on a CPU
     main_cpu_cores: float | None = None  # the main process's CPU use (all threads), cores, over the run's batches
+    # storage (format >= 5 on Linux; None before or when nothing was read from a block device)
+    disk_bytes_per_sample: float | None = None  # bytes the workers read from storage a sample (cache misses)
+    io_wait_share: float | None = None  # of the fetches' time, off a CPU in batches that read from storage
 
 
 @dataclass
@@ -78,6 +81,7 @@ class Measured:
     handoff_ns: np.ndarray  # batch there -> handed to the loop (incl. dispatching the next index)
     dispatch_ns: np.ndarray
     pin_ns: np.ndarray | None
+    io_ns: np.ndarray | None = None  # per batch: off a CPU reading from storage (lotus.model.measures.storage_waits)
 
 
 @dataclass
@@ -124,11 +128,23 @@ class PipelineModel:
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     measured: Measured | None = field(default=None, repr=False)
-    cpu_capacity: float = 1.0  # CPUs' worth of work one CPU did in the runs (from their run-queue delays)
+    cpu_capacity: float = 1.0  # CPUs' worth of work one CPU did in the runs (> 1: fewer runnable than assumed)
+    other_cpus: float = 0.0  # other work runnable on the runs' CPUs, in CPUs (from their run-queue delays)
     # the main process as one server of the hand-offs: its time per batch (ms), from the runs' arrive latency
     # and batch rate (lotus.model.handoff); None: the arrive latency is taken as fixed
     handoff_service_ms: float | None = None
     main_cpu_measured: bool = False  # main_cpu_cores measured by the trace (main_cpu events)
+    # storage time a batch at N workers against the traced run's, measured by reading the dataset's files
+    # (lotus.profile.diskprobe via lotus.model.storage); empty: as traced at every worker count
+    io_scale: dict[int, float] = field(default_factory=dict)
+
+    def io_factor(self, num_workers: int) -> float:
+        """The factor on the traced batches' storage time at ``num_workers`` (interpolated over the probed
+        counts, held flat beyond them; 1 when none was probed)."""
+        if not self.io_scale:
+            return 1.0
+        ws = sorted(self.io_scale)
+        return float(np.interp(max(num_workers, 1), ws, [self.io_scale[w] for w in ws]))
 
     def predict(self, num_workers: int, cpus: float | None, batch_size: int | None = None,
                 cache_hit_rate: float | None = None, prefetch_factor: int | None = None, **kwargs) -> Prediction:
@@ -152,7 +168,7 @@ class PipelineModel:
         from lotus.sim import CpuModel
 
         return CpuModel(self.main_cpu_cores, self.contention, self.cpu_fraction, self.cpu_capacity,
-                        self.main_cpu_measured)
+                        self.main_cpu_measured, self.other_cpus)
 
     @property
     def cold_extra_ms(self) -> float | None:

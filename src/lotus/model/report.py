@@ -32,8 +32,10 @@ class WhatIf:
 def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: int | None = None, cache_gb=None,
            dataset_bytes: float | None = None, data: str | os.PathLike | None = None, epochs: int = 3,
            cold_dir: str | os.PathLike | None = None, io_mb_s: float | None = None,
-           main_cpu_cores: float = 1.0) -> WhatIf:
-    """Fit the run at ``data_dir`` (plus a cold-cache run) and predict the grid (see docs/model.md)."""
+           main_cpu_cores: float = 1.0, replay_s: float = 1.0) -> WhatIf:
+    """Fit the run at ``data_dir`` (plus a cold-cache run) and predict the grid (see docs/model.md). With
+    ``data`` (the dataset's files) and a trace whose workers read from storage, the files are read at each
+    worker count for ``replay_s`` seconds (:mod:`lotus.model.storage`; 0: not)."""
     from lotus.model.cache import DEFAULT_FRACTIONS, steady_hit_rates
     from lotus.model.fitting import fit, load_run
     from lotus.model.observation import MODEL_COLUMNS
@@ -53,8 +55,10 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
     notes: list[str] = []
     dataset = None
     n_samples = _dataset_len(run)
+    paths: list[str] = []
     if data is not None:
         dataset = dataset_bytes_of(data, n_samples)
+        paths = dataset.pop("paths")
     elif dataset_bytes is not None:
         if dataset_bytes <= 0:
             raise InputError(f"--dataset-bytes must be > 0, not {dataset_bytes:g}")
@@ -69,6 +73,16 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
         raise InputError(f"cannot model this run: {traced.reason}", data_dir)
     grid_w, grid_c = default_grid(model)
     workers = list(workers) if workers else grid_w
+    if t.disk_bytes_per_sample:
+        if data is not None and replay_s > 0:
+            from lotus.model.storage import scale_by_replay
+
+            notes += scale_by_replay(model, paths, workers, seconds=replay_s)
+        else:
+            notes.append(f"the traced run's workers read {t.disk_bytes_per_sample / 1e3:,.0f} kB a sample from "
+                         f"storage ({100 * (t.io_wait_share or 0):.0f}% of a fetch waiting for it): predictions "
+                         "keep that time per batch at every worker count, which the storage may not give more "
+                         "(or fewer) workers; --data DIR reads the dataset's files at each count to measure it")
     cpus = [float(c) for c in cpus] if cpus else grid_c
     cache_rows, steady, per_epoch = None, None, None
     if dataset is None:

@@ -66,7 +66,7 @@ def prediction_table(model: PipelineModel, workers, cpus, *, cache: list[tuple[f
 def dataset_bytes_of(path: str | os.PathLike, dataset_len: int | None = None, *, n: int = 256,
                      seed: int = 0) -> dict:
     """Bytes per sample from the sizes of ``n`` random files under ``path`` (a directory of the dataset's
-    files, one file per sample): ``{"bytes_per_sample", "dataset_bytes", "files", "sampled"}``."""
+    files, one file per sample): ``{"bytes_per_sample", "dataset_bytes", "files", "sampled", "paths"}``."""
     root = Path(path)
     if not root.is_dir():
         raise InputError("not a directory of dataset files", root)
@@ -87,7 +87,8 @@ def dataset_bytes_of(path: str | os.PathLike, dataset_len: int | None = None, *,
         raise InputError("cannot stat the dataset files", root)
     per = float(np.mean(sizes))
     count = dataset_len or len(names)
-    return {"bytes_per_sample": per, "dataset_bytes": per * count, "files": len(names), "sampled": len(sizes)}
+    return {"bytes_per_sample": per, "dataset_bytes": per * count, "files": len(names), "sampled": len(sizes),
+            "paths": names}
 
 
 def cache_hits(events, dataset_len: int | None, *, fractions, n_epochs: int = 3, sizes_bytes=None,
