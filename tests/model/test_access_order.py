@@ -191,3 +191,20 @@ def test_sensitivity_hit_rates_flat(tmp_path, scan):
     scan.setattr(detail, "detail_events", lambda *a: pytest.fail("every event read"))
     pd.testing.assert_frame_equal(_hit_rates(run, 1e6), want, check_exact=True)
     assert _hit_rates(run, None) is None
+
+
+def test_unit_weights_without_arrays_same():
+    """cache_hit_rates without sizes (unit weights made per epoch, distances without the cumsum arrays)
+    gives what per-item sizes of 1 give through the weighted arrays."""
+    from lotus.model.cache import cache_hit_rates, lru_distances
+
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        n = int(rng.integers(1, 40))
+        eps = [rng.integers(0, n, int(rng.integers(1, 2 * n))) for _ in range(int(rng.integers(1, 4)))]
+        seq = np.concatenate(eps)
+        assert np.array_equal(lru_distances(seq), lru_distances(seq, np.ones(n, np.int64)))
+        a = cache_hit_rates(eps, n, n_epochs=3)
+        b = cache_hit_rates(eps, n, n_epochs=3, sizes_bytes=np.ones(n, np.int64))
+        cols = ["policy", "cache_frac", "epoch", "accesses", "hits", "hit_rate", "byte_hit_rate"]
+        pd.testing.assert_frame_equal(a[cols], b[cols], check_exact=True)

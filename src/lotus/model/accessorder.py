@@ -36,7 +36,7 @@ import numpy as np
 from lotus.trace import schema as S
 
 _log = logging.getLogger("lotus.model")
-RECHECK_ROWS = 1 << 25  # rows of further epochs held at once when the sampler's kind must be checked
+RECHECK_ROWS = 1 << 23  # rows of further epochs held at once (~16 B each) when the kind must be checked
 _I32 = np.iinfo(np.int32)
 
 
