@@ -136,16 +136,22 @@ def _recheck(engine, sample: bool, loader: int, e0: np.ndarray, rest: list[int],
     return "sequential"
 
 
-def _ordered(segments: list[tuple]) -> np.ndarray:
-    """An epoch's dataset indices by batch, rank, start time, then arrival (stable)."""
-    if not segments:
+def _ordered(cols: tuple[list, list, list, list]) -> np.ndarray:
+    """An epoch's dataset indices by batch, rank, start time, then arrival (stable). ``cols``: the kept
+    segments' samples, batch ids, start times and (rows, rank), each list emptied once joined."""
+    if not cols[0]:
         return np.zeros(0, np.int64)
-    sample = np.concatenate([s[0] for s in segments])
-    batch = np.concatenate([s[1] for s in segments])
-    start = np.concatenate([s[2] for s in segments])
-    rank = np.concatenate([np.full(len(s[0]), s[3], np.int64 if not _I32.min <= s[3] <= _I32.max else np.int32)
-                           for s in segments])
-    segments.clear()
+
+    def joined(parts: list) -> np.ndarray:
+        out = np.concatenate(parts)
+        parts.clear()  # one column's segments freed before the next is joined
+        return out
+
+    sample, batch, start = joined(cols[0]), joined(cols[1]), joined(cols[2])
+    ranks = cols[3]
+    dt = np.int32 if all(_I32.min <= r <= _I32.max for _, r in ranks) else np.int64
+    rank = np.repeat(np.array([r for _, r in ranks], dt), [k for k, _ in ranks])
+    ranks.clear()
     o = np.lexsort((start, rank, batch))
     del start, rank, batch
     return sample[o].astype(np.int64)
@@ -159,14 +165,15 @@ def _narrow(a: np.ndarray) -> np.ndarray:
 
 
 class _Tally:
-    """One loader's counters and kept epochs (epoch -> list of (sample, batch_id, start_ns, rank))."""
+    """One loader's counters and kept epochs (epoch -> segments' columns: sample, batch_id, start_ns, and
+    (rows, rank) of each segment: a file's rank, no array)."""
 
     __slots__ = ("epochs", "kept", "rows", "seen")
 
     def __init__(self) -> None:
         self.rows, self.seen = 0, 0
         self.epochs: dict[int, int] = {}
-        self.kept: dict[int, list[tuple]] = {}
+        self.kept: dict[int, tuple[list, list, list, list]] = {}
 
 
 class _Collect:
@@ -236,9 +243,12 @@ class _Collect:
                 if epoch > top:
                     return
                 del t.kept[top]  # a smaller epoch came: the largest kept one is not simulated
-            t.kept[epoch] = []
-        t.kept[epoch].append((_narrow(smp), _narrow(arr["batch_id"][m]), arr["start_ns"][m] + fs.shift,
-                              int(fs.consts["rank"])))
+            t.kept[epoch] = ([], [], [], [])
+        cols = t.kept[epoch]
+        cols[0].append(_narrow(smp))
+        cols[1].append(_narrow(arr["batch_id"][m]))
+        cols[2].append(arr["start_ns"][m] + fs.shift)
+        cols[3].append((len(m), int(fs.consts["rank"])))
 
     def chosen(self) -> int | None:
         """The loader simulated: the one asked, else the one with the most rows (ties: the smallest id)."""
