@@ -19,7 +19,7 @@ uniform. The order: per epoch, the dataset indices of the main loader's ``sample
 events, by batch then position, ranks interleaved batch by batch (one page cache per host).
 ``lotus whatif`` reads only the simulated epochs' orders (:mod:`lotus.model.accessorder`).
 
-Memory: O(simulated accesses), ``n_epochs`` x the dataset's samples (not the run's events): ~60-75 bytes
+Memory: O(simulated accesses), ``n_epochs`` x the dataset's samples (not the run's events): ~72-75 bytes
 an access at the peak (the nesting count), e.g. ~290 MiB for 3 epochs of 1.38M samples.
 """
 
