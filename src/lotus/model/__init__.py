@@ -21,6 +21,7 @@ _MODULES = {
     "lotus.model.observation": ["RunTrace", "observe"],
     "lotus.model.fitting": ["as_run", "fit", "load_run"],
     "lotus.model.engine": ["predict"],
+    "lotus.model.accessorder": ["AccessOrder", "access_order"],
     "lotus.model.cache": ["access_epochs", "cache_hit_rates", "extend_epochs", "lru_distances", "sampler_kind",
                           "static_thresholds", "steady_hit_rates"],
     "lotus.model.tables": ["cache_hits", "cache_throughput", "dataset_bytes_of", "default_grid", "hit_rate_at",
@@ -31,7 +32,8 @@ _MODULES = {
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = [
-    "Dist", "Measured", "PipelineModel", "Prediction", "RunSummary", "RunTrace", "WhatIf", "access_epochs",
+    "AccessOrder", "Dist", "Measured", "PipelineModel", "Prediction", "RunSummary", "RunTrace", "WhatIf",
+    "access_epochs", "access_order",
     "as_run", "cache_figure", "cache_hit_rates", "cache_hits", "cache_throughput", "dataset_bytes_of",
     "default_grid", "extend_epochs", "fit", "hit_rate_at", "load_run", "lru_distances", "observe", "predict",
     "prediction_table", "sampler_kind", "static_thresholds", "steady_hit_rates", "whatif",

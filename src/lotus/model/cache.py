@@ -17,6 +17,10 @@ Pure numpy, every cache size at once:
 Both start empty (a cold page cache at the first epoch). Sizes: ``sizes_bytes`` per dataset index, or
 uniform. The order: per epoch, the dataset indices of the main loader's ``sample`` (else ``load``)
 events, by batch then position, ranks interleaved batch by batch (one page cache per host).
+``lotus whatif`` reads only the simulated epochs' orders (:mod:`lotus.model.accessorder`).
+
+Memory: O(simulated accesses), ``n_epochs`` x the dataset's samples (not the run's events): ~72-75 bytes
+an access at the peak (the nesting count), e.g. ~290 MiB for 3 epochs of 1.38M samples.
 """
 
 from __future__ import annotations
@@ -104,13 +108,15 @@ def _nested_sums(start: np.ndarray, end: np.ndarray, w: np.ndarray | None) -> np
     if n == 0:
         return np.zeros(0, np.int64)
     by_end = _order_distinct(end)
-    erank = np.empty(n, np.int64)
-    erank[by_end] = np.arange(n)
-    order = _order_distinct(start)[::-1]
     it = np.int32 if n < 2**30 else np.int64
-    e = erank[order].astype(it)
+    erank = np.empty(n, it)
+    erank[by_end] = np.arange(n, dtype=it)
+    order = _order_distinct(start)[::-1]
+    e = erank[order]
+    del erank
     idx = np.arange(n, dtype=it)
     wt = None if w is None else np.asarray(w, np.int64)[order]
+    del order
     acc = np.zeros(n, np.int64)
     for k in range(max(int(n - 1).bit_length(), 1) - 1, -1, -1):
         gs = (e >> (k + 1)) << (k + 1)  # start of the item's group in the current order
@@ -147,15 +153,17 @@ def _order_distinct(values: np.ndarray) -> np.ndarray:
     return slot[slot >= 0]
 
 
-def _prev_next(seq: np.ndarray, bounds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _prev_next(seq: np.ndarray, bounds: np.ndarray | None = None, *,
+               want_next: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """Previous / next access position of the same item (-1 / len(seq) when none).
 
     ``bounds``: epoch boundaries; when every epoch is a permutation of the same items the previous
-    access is found through the previous epoch's inverse permutation (no sort).
+    access is found through the previous epoch's inverse permutation (no sort). ``want_next`` False:
+    the next positions are not computed (None), to spare their memory.
     """
     n = len(seq)
     prev = np.full(n, -1, np.int64)
-    nxt = np.full(n, n, np.int64)
+    nxt = np.full(n, n, np.int64) if want_next else None
     if bounds is not None and len(bounds) > 2 and _permutation_epochs(seq, bounds):
         hi = int(seq.max()) + 1
         inv = np.empty(hi, np.int64)
@@ -163,12 +171,14 @@ def _prev_next(seq: np.ndarray, bounds: np.ndarray | None = None) -> tuple[np.nd
             a, b, c = bounds[e - 1], bounds[e], bounds[e + 1]
             inv[seq[a:b]] = np.arange(a, b)
             prev[b:c] = inv[seq[b:c]]
-            nxt[prev[b:c]] = np.arange(b, c)
+            if nxt is not None:
+                nxt[prev[b:c]] = np.arange(b, c)
         return prev, nxt
     o = np.argsort(seq, kind="stable")
     same = seq[o][1:] == seq[o][:-1]
     prev[o[1:][same]] = o[:-1][same]
-    nxt[o[:-1][same]] = o[1:][same]
+    if nxt is not None:
+        nxt[o[:-1][same]] = o[1:][same]
     return prev, nxt
 
 
@@ -192,17 +202,19 @@ def lru_distances(seq, sizes=None, *, bounds=None) -> np.ndarray:
     """
     seq = np.asarray(seq, np.int64)
     w = None if sizes is None else np.asarray(sizes, np.int64)[seq]
-    prev, _nxt = _prev_next(seq, None if bounds is None else np.asarray(bounds))
+    prev, _ = _prev_next(seq, None if bounds is None else np.asarray(bounds), want_next=False)
     has = np.flatnonzero(prev >= 0)
+    p = prev[has]
+    del prev
     out = np.full(len(seq), np.inf)
     if has.size == 0:
         return out
-    ones = np.ones(len(seq), np.int64) if w is None else w
-    cum = np.cumsum(ones)
-    p = prev[has]
     nested = _nested_sums(p, has, None if w is None else w[p])
-    between = cum[has - 1] - cum[p]
-    out[has] = ones[has] + between - nested
+    if w is None:  # unit weights: 1 + the accesses strictly between (cumsum of ones, without the arrays)
+        out[has] = 1 + (has - 1 - p) - nested
+        return out
+    cum = np.cumsum(w)
+    out[has] = w[has] + (cum[has - 1] - cum[p]) - nested
     return out
 
 
@@ -242,6 +254,8 @@ def cache_hit_rates(epochs: list[np.ndarray], dataset_len: int | None = None, *,
     eps = extend_epochs(epochs, n_epochs or max(len(epochs), 1), n, kind=kind, seed=seed)
     seq = np.concatenate(eps) if eps else np.zeros(0, np.int64)
     bounds = np.r_[0, np.cumsum([len(e) for e in eps])]
+    n_eps = len(eps)
+    del eps  # seq holds them
     per_item = None
     if sizes_bytes is not None and np.ndim(sizes_bytes) == 0:
         total = float(sizes_bytes) * n
@@ -252,8 +266,8 @@ def cache_hit_rates(epochs: list[np.ndarray], dataset_len: int | None = None, *,
             raise ValueError(f"sizes_bytes has {len(per_item)} entries for {n} samples")
         total = float(per_item[:n].sum())
         weights = per_item[seq].astype(np.float64)
-    else:
-        total, weights = float(n), np.ones(len(seq))
+    else:  # unit weights: made per epoch in the loop below (sums of ones: exact, the same)
+        total, weights = float(n), None
     fr = np.asarray(fractions, np.float64)
     caps = fr * (total if per_item is not None else n)
     rows = []
@@ -263,11 +277,12 @@ def cache_hit_rates(epochs: list[np.ndarray], dataset_len: int | None = None, *,
         bucket = np.searchsorted(np.sort(caps), v, side="left")
         rank_of = np.argsort(np.argsort(caps, kind="stable"), kind="stable")
         nb = len(caps) + 1
-        for e in range(len(eps)):
+        for e in range(n_eps):
             sel = slice(int(bounds[e]), int(bounds[e + 1]))
+            w_e = np.ones(sel.stop - sel.start) if weights is None else weights[sel]
             hits = np.cumsum(np.bincount(bucket[sel], minlength=nb))[:-1]
-            hbytes = np.cumsum(np.bincount(bucket[sel], weights=weights[sel], minlength=nb))[:-1]
-            count, tot_w = bounds[e + 1] - bounds[e], float(weights[sel].sum())
+            hbytes = np.cumsum(np.bincount(bucket[sel], weights=w_e, minlength=nb))[:-1]
+            count, tot_w = bounds[e + 1] - bounds[e], float(w_e.sum())
             for f, r in zip(fr, rank_of, strict=True):
                 rows.append({"policy": policy, "cache_frac": float(f),
                              "cache_bytes": float(f * total) if sizes_bytes is not None else np.nan,

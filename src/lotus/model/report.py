@@ -36,10 +36,10 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
     """Fit the run at ``data_dir`` (plus a cold-cache run) and predict the grid (see docs/model.md). With
     ``data`` (the dataset's files) and a trace whose workers read from storage, the files are read at each
     worker count for ``replay_s`` seconds (:mod:`lotus.model.storage`; 0: not)."""
+    from lotus.model.accessorder import access_order
     from lotus.model.cache import DEFAULT_FRACTIONS, steady_hit_rates
     from lotus.model.fitting import fit, load_run
     from lotus.model.observation import MODEL_COLUMNS
-    from lotus.model.scanaccess import access_events
     from lotus.model.tables import (
         GB,
         cache_hits,
@@ -92,7 +92,8 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
         total = dataset["dataset_bytes"]
         extra = [min(g * GB / total, 1.0) for g in (cache_gb or [])]
         fractions = sorted({*DEFAULT_FRACTIONS, *extra})
-        per_epoch = cache_hits(access_events(run), n_samples, fractions=fractions, n_epochs=epochs)
+        order = access_order(run, epochs, n_samples)  # the simulated epochs' orders only (flat in the run's length)
+        per_epoch = cache_hits(order, n_samples, fractions=fractions, n_epochs=epochs)
         if per_epoch is None:
             notes.append("cache what-if skipped: the trace records no sample indices (original LotusTrace logs)")
         else:

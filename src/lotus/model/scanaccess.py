@@ -2,14 +2,14 @@
 (:mod:`lotus.query.scan`, whose events DataFrame holds no per-sample events), only its ``sample`` and
 ``load`` events with a known dataset index, read from the trace files in chunks.
 
-Before, the cache what-if read every event of a scanned run into memory (every column of every event:
-far more than the machine has at a billion events). :func:`access_events` keeps, of the events that
-:func:`~lotus.model.cache.access_epochs` can select, the columns it reads (name, sample, loader, epoch,
-batch_id, rank, start_ns: 41 bytes an event), in the order of :func:`lotus.trace.load_events` (the chunks
-of :func:`lotus.trace.chunks.record_chunks`, as :mod:`lotus.model.scandetail` reads them): the same rows,
-values and order, so the same access sequence (its sort is stable). The sequence itself, and the cache
-simulation over it, stay O(samples read): every access counts.
-"""
+:func:`access_events` keeps, of the events that :func:`~lotus.model.cache.access_epochs` can select, the
+columns it reads (name, sample, loader, epoch, batch_id, rank, start_ns: 41 bytes an event), in the order
+of :func:`lotus.trace.load_events` (the chunks of :func:`lotus.trace.chunks.record_chunks`, as
+:mod:`lotus.model.scandetail` reads them): the same rows, values and order, so the same access sequence
+(its sort is stable). That is O(samples read over the whole run): ``lotus whatif`` and ``lotus
+sensitivity`` no longer use it but :func:`lotus.model.accessorder.access_order`, which keeps only the
+simulated epochs' orders (issue 25; the same hit rates); it stays as the reference the tests compare with
+and for callers that want every epoch's order."""
 
 from __future__ import annotations
 

@@ -91,17 +91,26 @@ def dataset_bytes_of(path: str | os.PathLike, dataset_len: int | None = None, *,
             "paths": names}
 
 
-def cache_hits(events, dataset_len: int | None, *, fractions, n_epochs: int = 3, sizes_bytes=None,
-               seed: int = 0):
+def cache_hits(access, dataset_len: int | None, *, fractions, n_epochs: int = 3, sizes_bytes=None,
+               seed: int = 0, policies=None):
     """Per-epoch hit rates (:func:`lotus.model.cache.cache_hit_rates`) of the run's recorded sample order;
-    None when the trace holds no sample indices (original LotusTrace logs)."""
-    from lotus.model.cache import access_epochs, cache_hit_rates
+    None when the trace holds no sample indices (original LotusTrace logs).
 
-    epochs = access_epochs(events)
-    if not epochs:
+    ``access``: an :class:`lotus.model.accessorder.AccessOrder` (what the simulation reads, from
+    :func:`lotus.model.accessorder.access_order`: the flat path of ``lotus whatif``) or an events
+    DataFrame (every event in memory, through :func:`lotus.model.cache.access_epochs`): the same rows.
+    ``policies``: those of :func:`~lotus.model.cache.cache_hit_rates` (default: every one)."""
+    from lotus.model.accessorder import AccessOrder, order_of_epochs
+    from lotus.model.cache import POLICIES, access_epochs, cache_hit_rates
+
+    n_epochs = max(n_epochs, 1)
+    order = access if isinstance(access, AccessOrder) else order_of_epochs(access_epochs(access), n_epochs)
+    if not order.epochs:
         return None
-    return cache_hit_rates(epochs, dataset_len, n_epochs=max(n_epochs, 1), fractions=fractions,
-                           sizes_bytes=sizes_bytes, seed=seed)
+    # the dataset's length as the simulation takes it from every recorded epoch (order.seen), the kind too
+    return cache_hit_rates(order.epochs, max(int(dataset_len or 0), order.seen), n_epochs=n_epochs,
+                           fractions=fractions, sizes_bytes=sizes_bytes, kind=order.kind, seed=seed,
+                           policies=POLICIES if policies is None else policies)
 
 
 def cache_throughput(model: PipelineModel, hits, *, num_workers: int | None = None, cpus: float | None = None,

@@ -376,14 +376,14 @@ def _hit_rates(run, dataset_bytes):
     """Steady LRU hit rates per cache fraction of the job's recorded sample order (None: unknown)."""
     if dataset_bytes is None:
         return None
-    from lotus.model.cache import access_epochs, cache_hit_rates, steady_hit_rates
-    from lotus.model.detail import detail_events
+    from lotus.model.accessorder import access_order
+    from lotus.model.cache import DEFAULT_FRACTIONS, steady_hit_rates
+    from lotus.model.tables import cache_hits
 
-    epochs = access_epochs(detail_events(run))
-    if not epochs:
-        return None
     n = max((d.get("dataset_len") or 0 for d in run.loaders.values() if isinstance(d, dict)), default=0) or None
-    return steady_hit_rates(cache_hit_rates(epochs, n, n_epochs=3, policies=("lru",)))
+    # the 3 simulated epochs' orders only, read flat (lotus.model.accessorder), not every event of the run
+    hits = cache_hits(access_order(run, 3, n), n, fractions=DEFAULT_FRACTIONS, n_epochs=3, policies=("lru",))
+    return None if hits is None else steady_hit_rates(hits)
 
 
 
