@@ -263,7 +263,9 @@ class Corpus:
             truth[g] = max(r["samples_per_s"] for r in runs)
         if d is None:
             return {"lotus": None, "truth": None, "error": None, "note": err}
-        top = max(p["cache_gb"] or 0 for p in d["matrix"])
+        # the column the job alone ran in: warm (the largest budget), or for a shape reading its files, whose
+        # truths start with them evicted and read less than an epoch, the cold one
+        top = 0 if "{files}" in self.shapes[shape][0] else max(p["cache_gb"] or 0 for p in d["matrix"])
         cells = {p["cpus"]: p for p in d["matrix"] if (p["cache_gb"] or 0) == top}
         rows = [{"cpus": g, "lotus": cells[g]["samples_per_s"], "how": cells[g].get("how"), "truth": truth[g],
                  "error": cells[g]["samples_per_s"] / truth[g] - 1} for g in grid if g in cells]
