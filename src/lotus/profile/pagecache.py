@@ -5,6 +5,10 @@
   mapped by running processes may stay: :func:`resident` says what is left.
 * :func:`warm` reads files (up to a byte budget) so that they are cached.
 * :func:`resident` measures the cached fraction with ``mincore(2)`` over a memory map of each file.
+* :func:`cache_room` says how much page cache this process and its children can hold: the memory
+  available, or under a memory cgroup's limit (containers, Slurm, ``benchmarks/slowdisk.sh``), that limit
+  less the cgroup's own anonymous memory (the page cache is charged to the cgroup: a dataset larger than
+  what is left is read from disk whatever the host's free memory).
 
 Used by ``lotus stalls`` (cold vs warm probes) and ``lotus sensitivity`` (page-cache budgets).
 """
@@ -132,3 +136,75 @@ def resident(paths, sample: int | None = 200, seed: int = 0) -> float | None:
         except (OSError, ValueError):
             continue
     return min(1.0, cached / total) if total else None
+
+
+_NO_LIMIT = 1 << 60  # cgroup v1 writes "no limit" as a huge number (9223372036854771712)
+
+
+def _meminfo_available(root: str = "/proc/meminfo") -> int | None:
+    try:
+        with open(root) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _stat(path: str, keys: tuple[str, ...]) -> int:
+    out = 0
+    try:
+        with open(path) as f:
+            for line in f:
+                k, _, v = line.partition(" ")
+                if k in keys:
+                    out += int(v)
+    except (OSError, ValueError):
+        return 0
+    return out
+
+
+def _cgroup_room(proc_cgroup: str, fs: str) -> tuple[int, str] | None:
+    """(bytes, cgroup path) the tightest memory limit of this process's cgroup and its ancestors leaves for
+    the page cache (limit - the cgroup's anonymous memory); None without a limit (or a cgroup fs)."""
+    try:
+        with open(proc_cgroup) as f:
+            lines = [ln.rstrip("\n").split(":", 2) for ln in f if ln.count(":") >= 2]
+    except OSError:
+        return None
+    v1 = next((p for _, ctl, p in lines if "memory" in ctl.split(",")), None)
+    v2 = next((p for hid, ctl, p in lines if hid == "0" and ctl == ""), None)
+    if v1 is not None and os.path.isdir(os.path.join(fs, "memory")):
+        base, limit_f, anon = os.path.join(fs, "memory"), "memory.limit_in_bytes", ("rss", "shmem")
+        rel = v1
+    elif v2 is not None and os.path.exists(os.path.join(fs, "cgroup.controllers")):
+        base, limit_f, anon = fs, "memory.max", ("anon", "shmem")
+        rel = v2
+    else:
+        return None
+    best = None
+    parts = [p for p in rel.split("/") if p]
+    for i in range(len(parts), -1, -1):  # this cgroup, then each ancestor up to the root: the tightest wins
+        d = os.path.join(base, *parts[:i])
+        try:
+            with open(os.path.join(d, limit_f)) as f:
+                raw = f.read().strip()
+        except OSError:
+            continue
+        if raw == "max" or not raw.isdigit() or int(raw) >= _NO_LIMIT:
+            continue
+        room = max(int(raw) - _stat(os.path.join(d, "memory.stat"), anon), 0)
+        if best is None or room < best[0]:
+            best = (room, "/" + "/".join(parts[:i]))
+    return best
+
+
+def cache_room(proc: str = "/proc", fs: str = "/sys/fs/cgroup") -> tuple[int | None, str | None]:
+    """(bytes of page cache this process's processes can hold, what bounds it: "memory" or "cgroup <path>");
+    (None, None) when unknown. See the module doc."""
+    avail = _meminfo_available(os.path.join(proc, "meminfo"))
+    cg = _cgroup_room(os.path.join(proc, "self", "cgroup"), fs)
+    if cg is not None and (avail is None or cg[0] < avail):
+        return cg[0], f"cgroup {cg[1]}"
+    return (avail, "memory") if avail is not None else (None, None)

@@ -121,7 +121,8 @@ class _Prober:
         """The page-cache state of a probe at ``cache_gb`` (as-is when the dataset's files are unknown)."""
         if not self.files:
             return "as-is"
-        return "cold" if cache_gb == 0 else ("warm" if cache_gb >= dataset_gb else cache_gb * GB)
+        # the grid's sizes are rounded to the MB (matrix.cache_grid): its top is the whole dataset
+        return "cold" if cache_gb == 0 else ("warm" if cache_gb >= round(dataset_gb, 3) else cache_gb * GB)
 
     def _set_cache(self, cache: str | float) -> None:
         if not self.files or cache == "as-is":
@@ -254,6 +255,18 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
                              "ran with the page cache as found")
     dataset_gb = (profile.dataset_bytes or 0) / GB
     profile.cache_grid_gb = cache_grid_gb or (mx.cache_grid(dataset_gb) if profile.dataset_bytes else [])
+    room, bound = pagecache.cache_room() if profile.dataset_bytes else (None, None)
+    if room is not None and room < profile.dataset_bytes:  # a machine that cannot cache the whole dataset
+        where = "the free memory" if bound == "memory" else f"the memory limit of {bound}"
+        what = (f"this machine's page cache can hold {room / GB:.3g} GB ({where}), less than the dataset "
+                f"({dataset_gb:.3g} GB)")
+        if cache_grid_gb is None:
+            profile.cache_grid_gb = mx.cache_grid(room / GB)
+            profile.notes.append(f"{what}: the cache axis stops there (--cache-gb for sizes a bigger machine has, "
+                                 "predicted only)")
+        elif max(cache_grid_gb) > room / GB:
+            profile.notes.append(f"{what}: cells above it are what a machine with more memory would give; a probe "
+                                 "there is partly cold")
     top_gb = profile.cache_grid_gb[-1] if profile.cache_grid_gb else 0.0
     first_run = load_run(first["trace_dir"])
     hits = _hit_rates(first_run, profile.dataset_bytes)
@@ -280,9 +293,9 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
         search.add(p, load_run(p["trace_dir"], cache_state="cold" if cache == "cold" else None), key, before)
         return p
 
-    low = "warm" if prober.files else "as-is"
+    low = prober.budget(top_gb, dataset_gb) if prober.files else "as-is"
     if len(grid) > 1:
-        probe_at(f"c{grid[0]}-{low}", grid[0], top_gb, low, None)
+        probe_at(f"c{grid[0]}-{low if isinstance(low, str) else f'm{top_gb:g}'}", grid[0], top_gb, low, None)
     if prober.files:
         probe_at(f"c{grid[-1]}-cold", grid[-1], 0.0, "cold", None)
     seen: set[tuple[int, float, int | None]] = set()

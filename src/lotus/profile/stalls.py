@@ -176,16 +176,6 @@ def listed_files(trace_dir: Path) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _mem_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def _probe(name: str, command, out: Path, base: LaunchOptions, **extra) -> ProbeResult:
     adaptive = not extra.get("replay")  # a replay probe runs its fixed length (its first batches are prepared)
     opts = LaunchOptions(trace_dir=out / name, steps=extra.pop("steps", base.steps), workers=base.workers,
@@ -231,10 +221,11 @@ def stalls(command: list[str], out: str | os.PathLike, *, steps: int = 600, data
     report.batch_size = _batch_size(Path(listing.trace_dir))
     if files:
         report.dataset_bytes = sum(os.path.getsize(f) for f in files if os.path.exists(f))
-        avail = _mem_available()
+        avail, bound = pagecache.cache_room()
         if avail is not None and report.dataset_bytes > 0.8 * avail:
-            report.notes.append(f"the dataset ({report.dataset_bytes / 2**30:.1f} GiB) does not fit in the free "
-                                f"memory ({avail / 2**30:.1f} GiB): the 'warm' probe is partly cold")
+            where = "the free memory" if bound == "memory" else f"what the memory limit of {bound} leaves"
+            report.notes.append(f"the dataset ({report.dataset_bytes / 2**30:.1f} GiB) does not fit in {where} "
+                                f"({avail / 2**30:.1f} GiB): the 'warm' probe is partly cold")
         pagecache.warm(files, budget_bytes=int(0.8 * avail) if avail else None)
     else:
         report.notes.append("the dataset's files are unknown (no samples/files attribute found; give --data PATH): "
@@ -258,7 +249,7 @@ def stalls(command: list[str], out: str | os.PathLike, *, steps: int = 600, data
     report.probes["ingestion"] = _probe("ingestion", command, out, base, replay=k,
                                         steps=min(steps, max(5 * k, 100)))
     if files:
-        pagecache.warm(files, budget_bytes=int(0.8 * (_mem_available() or 0)) or None)  # leave it as found
+        pagecache.warm(files, budget_bytes=int(0.8 * (pagecache.cache_room()[0] or 0)) or None)  # leave it as found
     for p in report.probes.values():
         if p.note:
             report.notes.append(f"probe {p.name}: {p.note}" + ("; the split goes on without it" if p.exit_code else ""))
