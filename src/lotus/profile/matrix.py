@@ -47,6 +47,26 @@ def cache_grid(dataset_gb: float) -> list[float]:
     return sorted({round(dataset_gb * f, 3) for f in (0, 0.25, 0.5, 0.75, 1.0)})
 
 
+def room_grid(grid: list[float], given: bool, dataset_gb: float, room_bytes: int | None, bound: str | None,
+              notes: list[str]) -> list[float]:
+    """The cache axis on a machine whose page cache holds ``room_bytes`` (:func:`lotus.profile.pagecache.
+    cache_room`, bounded by ``bound``): the default axis stops there when that is less than the dataset; a
+    ``given`` one is kept, with a note for its sizes above it. Notes go to ``notes``."""
+    if room_bytes is None or room_bytes >= dataset_gb * 1e9:
+        return grid
+    where = "the free memory" if bound == "memory" else f"the memory limit of {bound}"
+    what = (f"this machine's page cache can hold {room_bytes / 1e9:.3g} GB ({where}), less than the dataset "
+            f"({dataset_gb:.3g} GB)")
+    if not given:
+        notes.append(f"{what}: the cache axis stops there (--cache-gb for sizes a bigger machine has, predicted "
+                     "only)")
+        return cache_grid(room_bytes / 1e9)
+    if max(grid) > room_bytes / 1e9:
+        notes.append(f"{what}: cells above it are what a machine with more memory would give; a probe there is "
+                     "partly cold")
+    return grid
+
+
 def cpu_grid(allowed: list[int]) -> list[int]:
     """1, 2, 4, 8... up to the number of CPUs this process may use (and that number)."""
     n = len(allowed)
@@ -310,4 +330,4 @@ def next_point(matrix: list[Point], dem: dict) -> tuple[Point | None, str]:
 
 __all__ = ["FILES_UNKNOWN", "Point", "apply_measured", "best_workers", "bisect_next", "cache_grid", "check_grids",
            "cpu_grid", "default_workers", "demand", "demand_doubt", "hit_rate", "interpolate", "monotone", "next_point",
-           "predict", "with_interval"]
+           "predict", "room_grid", "with_interval"]

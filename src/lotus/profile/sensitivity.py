@@ -255,18 +255,9 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
                              "ran with the page cache as found")
     dataset_gb = (profile.dataset_bytes or 0) / GB
     profile.cache_grid_gb = cache_grid_gb or (mx.cache_grid(dataset_gb) if profile.dataset_bytes else [])
-    room, bound = pagecache.cache_room() if profile.dataset_bytes else (None, None)
-    if room is not None and room < profile.dataset_bytes:  # a machine that cannot cache the whole dataset
-        where = "the free memory" if bound == "memory" else f"the memory limit of {bound}"
-        what = (f"this machine's page cache can hold {room / GB:.3g} GB ({where}), less than the dataset "
-                f"({dataset_gb:.3g} GB)")
-        if cache_grid_gb is None:
-            profile.cache_grid_gb = mx.cache_grid(room / GB)
-            profile.notes.append(f"{what}: the cache axis stops there (--cache-gb for sizes a bigger machine has, "
-                                 "predicted only)")
-        elif max(cache_grid_gb) > room / GB:
-            profile.notes.append(f"{what}: cells above it are what a machine with more memory would give; a probe "
-                                 "there is partly cold")
+    if profile.dataset_bytes:  # a machine that cannot cache the whole dataset: the axis stops where it can
+        profile.cache_grid_gb = mx.room_grid(profile.cache_grid_gb, cache_grid_gb is not None, dataset_gb,
+                                             *pagecache.cache_room(), profile.notes)
     top_gb = profile.cache_grid_gb[-1] if profile.cache_grid_gb else 0.0
     first_run = load_run(first["trace_dir"])
     hits = _hit_rates(first_run, profile.dataset_bytes)

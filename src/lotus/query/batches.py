@@ -18,8 +18,7 @@ of every timing statistic (:func:`ok_batches`).
 Columns (absolute times are wall-clock epoch ns; nullable ``Int64`` where a side may be missing):
 
 =================== =========================================================================
-rank, loader,       the batch's key
-epoch, batch_id
+rank, loader, ...   the batch's key: rank, loader, epoch, batch_id
 worker_id           worker that prepared it (-1: main process, num_workers=0)
 worker_pid          its process id
 dispatch_ns         main process handed the indices to the worker
@@ -44,11 +43,9 @@ delay_ns            consumed_ns - prep_end_ns: ready but not yet used
 queue_ns            arrive_ns - prep_end_ns: in flight from worker to main
 detail              the batch carries per-sample/per-op records (a detail batch: format >= 2 flags
                     it on its fetch; earlier traces: every batch with per-sample events)
-runq_ns             the worker thread's time runnable but waiting for a CPU during the fetch (format
-                    >= 4 on Linux; NA elsewhere): the CPU contention the batch met
+runq_ns             the worker thread's time waiting for a CPU in the fetch (format >= 4, Linux; else NA)
 prep_cpu_ns         the worker thread's time on a CPU during the fetch (format >= 4 on Linux)
-disk_read_bytes     bytes the worker thread read from storage during the fetch: page-cache misses and
-                    their read-ahead (format >= 5 on Linux; NA elsewhere)
+disk_read_bytes     bytes the worker thread read from storage in the fetch (format >= 5, Linux)
 =================== =========================================================================
 """
 
@@ -219,10 +216,9 @@ def batches_from_joined(df, attrs, *, only_batches: bool = True, warn_clocks: bo
     if any_flagged is None:
         any_flagged = bool(flagged.any())
     out["detail"] = (flagged | has_samples | (not any_flagged)).astype(bool)
-    for c in ("runq_ns", "prep_cpu_ns"):
+    for c in ("runq_ns", "prep_cpu_ns", "disk_read_bytes"):
         out[c] = col(c).astype("Int64")
-    disk = col("disk_read_bytes").astype("Int64")
-    out["disk_read_bytes"] = disk.where(disk >= 0)  # -1: a format-4 record, or Linux did not say
+    out["disk_read_bytes"] = out["disk_read_bytes"].where(out["disk_read_bytes"] >= 0)  # -1: format 4, or unknown
     joined_attrs = df.attrs
     df = n = flags = wflags = has_samples = flagged = v = ok = None  # the joined parts: freed before the copies below
     out = out[BATCH_COLUMNS]
