@@ -17,6 +17,7 @@ def _io_model(truth_model, share: float = 0.8):
     waiting for storage, as a format-5 trace says it."""
     m = copy.deepcopy(truth_model)
     m.measured.io_ns = m.measured.items_ns * share
+    m.measured.io_workers = np.full(len(m.measured.n), 2.0)  # the traced run's 2 workers
     prep = m.measured.items_ns + m.measured.collate_ns + m.measured.other_ns
     m.traced = replace(m.traced, disk_bytes_per_sample=262144.0,
                        io_wait_share=float(m.measured.io_ns.sum() / prep.sum()))
@@ -58,7 +59,7 @@ def test_scale_by_replay_sets_the_factors_against_the_traced_workers(truth_model
     assert [r for r, _ in seen] == [1, 2, 4]  # the traced 2 workers, and each asked count
     think = storage.think_s(m)
     assert all(t == pytest.approx(think) for _, t in seen) and 0 < think < 0.01
-    assert m.io_scale == {1: 0.5, 2: 1.0, 4: 2.0}
+    assert m.io_scale == {1: 2.5, 2: 5.0, 4: 10.0}  # the read times: a batch at 2 workers x 2 at 4
     assert "storage:" in notes[0] and "4 readers 10 ms" in notes[0]
 
 
@@ -79,5 +80,38 @@ def test_a_real_replay_of_files(truth_model, tmp_path):
         files[-1].write_bytes(np.random.default_rng(i).bytes(64 << 10))
     m = _io_model(truth_model)
     notes = storage.scale_by_replay(m, [str(f) for f in files], [4], seconds=0.5)
-    assert set(m.io_scale) == {2, 4} and m.io_scale[2] == 1.0 and m.io_scale[4] > 0
+    assert set(m.io_scale) == {2, 4} and m.io_scale[2] > 0 and m.io_scale[4] > 0
     assert "2 readers" in notes[0] and "4 readers" in notes[0]
+
+
+def test_batches_of_runs_at_other_worker_counts_scale_from_their_own(truth_model):
+    """A model fitted on runs at 2 and 4 workers (sensitivity's probes): each batch's storage time is scaled
+    from its own run's readers, so a saturated storage gives the same prediction whichever run a batch came
+    from."""
+    one = _io_model(truth_model)
+    one.io_scale = {1: 0.5, 2: 1.0, 4: 2.0}
+    mixed = _io_model(truth_model)
+    n = len(mixed.measured.n)
+    mixed.measured.io_workers = np.where(np.arange(n) % 2 == 0, 2.0, 4.0)
+    extra = np.where(mixed.measured.io_workers == 4.0, 1.0, 0.0) * mixed.measured.io_ns
+    mixed.measured.io_ns = mixed.measured.io_ns + extra  # the 4-worker run's fetches waited twice as long
+    mixed.measured.items_ns = mixed.measured.items_ns + extra
+    mixed.io_scale = dict(one.io_scale)
+    t = one.traced
+    for w in (1, 2, 4):
+        assert mixed.predict(w, t.cpus).samples_per_s == pytest.approx(one.predict(w, t.cpus).samples_per_s)
+
+
+def test_every_fit_of_sensitivity_gets_the_replay(truth_run, truth_model, monkeypatch):
+    from lotus.profile.probefit import ProbeFit
+
+    s = ProbeFit(None, None, None)
+    assert s.replay(["f"], [1, 2]) == []  # no model yet: nothing to replay for
+    s.model = _io_model(truth_model)
+    monkeypatch.setattr("lotus.profile.diskprobe.replay", lambda files, readers, **k: ReadRate(
+        readers=readers, files=10, bytes=10 << 20, seconds=1.0, read_ms=3.0 * readers))
+    monkeypatch.setattr(ProbeFit, "refit", lambda self: None)  # no probes to cross-validate here
+    notes = s.replay(["f"], [1, 4])
+    assert s.io_scale == {1: 3.0, 2: 6.0, 4: 12.0} and "storage:" in notes[0]
+    for variant in s.variants.values():  # each structural variant's fit carries it
+        assert variant([truth_run]).io_scale == s.io_scale

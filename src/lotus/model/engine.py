@@ -84,9 +84,11 @@ def _prep_ns(model, bs: int, hit: float | None, rng, n: int, nw: int):
     else:
         collate = np.full(n, (model.collate_ms_per_batch + model.collate_ms_per_sample * bs) * 1e6)
     prep = items + collate + m.other_ns[idx[:, 0]]
-    f = model.io_factor(max(nw, 1))
-    if m.io_ns is not None and f != 1.0:  # the batches' storage time at this many readers (lotus.model.storage)
-        prep = prep + (f - 1.0) * m.io_ns[idx].sum(axis=1) * scale
+    if m.io_ns is not None and model.io_scale:  # each batch's storage time at this many readers (model.storage)
+        ws = sorted(model.io_scale)
+        at = np.interp(m.io_workers, ws, [model.io_scale[w] for w in ws])  # its run's readers
+        ratio = model.io_factor(max(nw, 1)) / at
+        prep = prep + ((ratio[idx] - 1.0) * m.io_ns[idx]).sum(axis=1) * scale
     parts = {name: d.mean_ms for name, d in model.op_ms.items() if name != "collate" and d.mean_ms}
     if "load" in parts and hit is not None and model.warm_load_ms is not None and model.base_state == "warm":
         parts["load"] = model.warm_load_ms
@@ -242,7 +244,8 @@ def _bottleneck(model, p: Prediction, parts: dict, cold_part: float, io_cap, ste
     elif p.wait_share is not None and p.wait_share < FINE_WAIT:
         pin_ns = float(pin.mean()) if pin is not None else 0.0
         return "main process" if max(handoff_ns, pin_ns) > step_ns else "step (GPU/model)"
-    io = (model.traced.io_wait_share or 0.0) * model.io_factor(p.num_workers)
+    io = (model.traced.io_wait_share or 0.0) * model.io_factor(p.num_workers) \
+        / model.io_factor(max(model.traced.num_workers, 1))
     if p.num_workers > 0 and io > 0.5 * (1.0 - (model.traced.io_wait_share or 0.0) + io):
         return "I/O (cold reads)"  # most of a fetch's time waits for storage at this many workers
     if p.num_workers > 0 and p.cpus is not None and model.cpu_fraction * (p.num_workers + 1) \

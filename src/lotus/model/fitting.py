@@ -166,6 +166,8 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         other_ns=pool(lambda o: o.other_ns), step_ns=step_ns, handoff_ns=handoff, dispatch_ns=dispatch,
         pin_ns=_joined(pins) if pins else None,
         io_ns=_joined([o.io_ns if o.io_ns is not None else np.zeros(len(o.n)) for o in base])
+        if any(o.io_ns is not None for o in base) else None,
+        io_workers=_joined([np.full(len(o.n), max(o.summary.num_workers, 1), np.float64) for o in base])
         if any(o.io_ns is not None for o in base) else None)
     op_ms = {}
     for name in dict.fromkeys(k for o in base for k in o.op_ns):  # durations: arrays or streams (scanned runs)

@@ -82,6 +82,7 @@ class Measured:
     dispatch_ns: np.ndarray
     pin_ns: np.ndarray | None
     io_ns: np.ndarray | None = None  # per batch: off a CPU reading from storage (lotus.model.measures.storage_waits)
+    io_workers: np.ndarray | None = None  # per batch: the workers (>= 1 readers) of the run it came from
 
 
 @dataclass
@@ -134,13 +135,14 @@ class PipelineModel:
     # and batch rate (lotus.model.handoff); None: the arrive latency is taken as fixed
     handoff_service_ms: float | None = None
     main_cpu_measured: bool = False  # main_cpu_cores measured by the trace (main_cpu events)
-    # storage time a batch at N workers against the traced run's, measured by reading the dataset's files
-    # (lotus.profile.diskprobe via lotus.model.storage); empty: as traced at every worker count
+    # the time to read one of the dataset's files with N readers at once (ms; any unit: only ratios are used),
+    # measured by reading them (lotus.profile.diskprobe via lotus.model.storage); empty: storage as traced
     io_scale: dict[int, float] = field(default_factory=dict)
 
     def io_factor(self, num_workers: int) -> float:
-        """The factor on the traced batches' storage time at ``num_workers`` (interpolated over the probed
-        counts, held flat beyond them; 1 when none was probed)."""
+        """The time to read a file with ``num_workers`` readers (interpolated over the replayed counts, held
+        flat beyond them; 1 when none was replayed): a batch traced at ``w`` workers spends
+        ``io_factor(n) / io_factor(w)`` times its storage time at ``n``."""
         if not self.io_scale:
             return 1.0
         ws = sorted(self.io_scale)

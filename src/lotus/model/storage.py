@@ -6,9 +6,9 @@ number of workers only. Whether more workers get more out of the storage (a devi
 spare, a network store's latency) or none (a saturated disk, a throughput-capped cloud volume) no single
 run tells. :func:`scale_by_replay` reads the dataset's files as the workers do (``lotus.profile.diskprobe``:
 N threads, whole files, the workers' CPU time between two reads as a pause) at the traced number of
-workers and at each asked one, and sets the model's ``io_scale``: the mean time to read a file at N readers
-over that at the traced ones, the factor the engine puts on each traced batch's storage time
-(:func:`lotus.model.engine.predict`). The replay at the traced workers is checked against the trace: the
+workers (every traced run's) and at each asked one, and sets the model's ``io_scale``: the mean time to read
+a file at N readers; a batch traced at ``w`` workers spends ``io_scale[n] / io_scale[w]`` times its storage
+time at ``n`` (:func:`lotus.model.engine.predict`). The replay at the traced workers is checked against the trace: the
 notes say both.
 """
 
@@ -36,14 +36,15 @@ def scale_by_replay(model, files: list[str], workers, *, seconds: float = 1.0) -
     if not t.disk_bytes_per_sample or model.measured is None or model.measured.io_ns is None or not files:
         return []
     base_w = max(t.num_workers, 1)
-    counts = sorted({base_w, *(max(int(w), 1) for w in workers)})
+    # the traced runs' own worker counts too: each batch's storage time is scaled from its run's
+    counts = sorted({base_w, *(max(r.num_workers, 1) for r in model.runs), *(max(int(w), 1) for w in workers)})
     pause = think_s(model)
     rates = {w: replay(files, w, think_s=pause, seconds=seconds, seed=w) for w in counts}
-    base = rates[base_w].read_ms
-    if not base:
-        return [f"storage replay: no file of the dataset could be read ({rates[base_w].failed} failed): the "
+    if not all(r.read_ms for r in rates.values()):
+        failed = sum(r.failed for r in rates.values())
+        return [f"storage replay: the dataset's files could not be read at every count ({failed} failed): the "
                 "traced storage time is kept at every worker count"]
-    model.io_scale = {w: r.read_ms / base for w, r in rates.items() if r.read_ms}
+    model.io_scale = {w: r.read_ms for w, r in rates.items()}
     m = model.measured
     per_sample_ms = float(m.io_ns.sum()) / max(float(m.n.sum()), 1.0) / 1e6
     said = ", ".join(f"{w} reader{'s' if w > 1 else ''} {r.read_ms:.3g} ms ({(r.bytes_per_s or 0) / 1e6:,.0f} MB/s)"

@@ -31,7 +31,6 @@ run (``lotus-run.json`` with exit code 0) is reused, so an interrupted profile r
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -40,9 +39,9 @@ from pathlib import Path
 from lotus.launch import LaunchOptions, launch
 from lotus.profile import matrix as mx
 from lotus.profile import pagecache
+from lotus.profile.probefit import ProbeFit
 from lotus.profile.stalls import listed_files
 
-_log = logging.getLogger("lotus.profile")
 GB = 1e9
 
 
@@ -150,81 +149,6 @@ def _finished(trace: Path) -> dict | None:
     return done
 
 
-def _variants(bps):
-    """The fit's structural variants that cross-validation chooses between (see :mod:`lotus.model.check`):
-    the default; the CPU share and contention left at their assumptions (a pair of probes can mislead their
-    fit); runs without workers left out of the workers' costs (the main process prepares batches on other
-    terms: the CUDA step's threads, no worker start-up)."""
-    from lotus.model import fit
-
-    def default(runs):
-        return fit(runs, bytes_per_sample=bps)
-
-    def assumed_cpu(runs):
-        return fit(runs, bytes_per_sample=bps, contention=0.0, cpu_fraction=1.0)
-
-    def workers_only(runs):
-        with_w = [r for r in runs if _workers_of(r)]
-        return fit(with_w or runs, bytes_per_sample=bps)
-
-    return {"default": default, "cpu terms assumed": assumed_cpu, "worker runs only": workers_only}
-
-
-def _workers_of(run) -> int:
-    from lotus.model.observation import main_loader
-
-    try:
-        desc = run.loaders.get((int(run.batches["rank"].min()), main_loader(run.batches))) or {}
-    except Exception:
-        return 1
-    w = desc.get("num_workers")
-    return w if isinstance(w, int) else 1
-
-
-class _Search:
-    """The probes measured so far, the model chosen by cross-validation over them, and its check."""
-
-    def __init__(self, bps, hits, dataset_bytes):
-        self.variants = _variants(bps)
-        self.hits, self.dataset_bytes = hits, dataset_bytes
-        self.probes: list = []  # lotus.model.check.Probe, in the order they ran
-        self.model, self.check, self.unfit = None, None, None
-
-    def rate(self, model, key) -> float | None:
-        cpus, gb, workers = key
-        p = model.predict(workers, float(cpus), cache_hit_rate=mx.hit_rate(gb, self.hits, self.dataset_bytes))
-        return p.samples_per_s
-
-    def before(self, key) -> float | None:
-        """The current model's prediction for a probe about to run."""
-        if self.model is None:
-            return None
-        try:
-            return self.rate(self.model, key)
-        except Exception:
-            return None
-
-    def add(self, probe: dict, run, key, predicted_before) -> None:
-        from lotus.model.check import Probe
-
-        self.probes.append(Probe(probe["name"], run, probe["samples_per_s"], probe.get("ci95"), key,
-                                 predicted_before, probe.get("note")))
-        probe["predicted_before"] = predicted_before
-        self.refit()
-
-    def refit(self) -> None:
-        from lotus.model.check import choose_variant
-
-        name, self.check = choose_variant(self.probes, self.variants, self.rate)
-        try:
-            self.model = self.variants[name]([p.run for p in self.probes])
-            self.unfit = None
-        except Exception as exc:  # a model that cannot be fitted: measured points only, said plainly
-            _log.warning("the model could not be fitted: %s", exc)
-            self.model, self.unfit = None, str(exc) or type(exc).__name__
-            self.check.holds = False
-
-
 def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600, cpus_grid: list[int] | None = None,
                 cache_grid_gb: list[float] | None = None, target: float = 0.95,
                 max_probes: int = 6, max_minutes: float = 30.0, timeout_s: float | None = None,
@@ -262,8 +186,11 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
     first_run = load_run(first["trace_dir"])
     hits = _hit_rates(first_run, profile.dataset_bytes)
     bps = (profile.dataset_bytes / max(len(prober.files), 1)) if prober.files else None
-    search = _Search(bps, hits, profile.dataset_bytes)
+    search = ProbeFit(bps, hits, profile.dataset_bytes)
     search.add(first, first_run, (grid[-1], top_gb if profile.cache_grid_gb else None, first["num_workers"]), None)
+    if prober.files and search.model is not None and search.model.traced.disk_bytes_per_sample:
+        counts = sorted({1, *(2 ** k for k in range(8) if 2 ** k <= 2 * grid[-1]), 2 * grid[-1]})
+        profile.notes += search.replay(prober.files, counts)  # ~1 s a count
     failed: dict[int, set[int]] = {}
     measured: dict[tuple[int, float], list[dict]] = {(grid[-1], top_gb): [first]}
 
@@ -347,7 +274,7 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
     return profile
 
 
-def _matrix(search: _Search, grid, profile: Profile, hits, failed, measured, chk) -> list[mx.Point]:
+def _matrix(search: ProbeFit, grid, profile: Profile, hits, failed, measured, chk) -> list[mx.Point]:
     """The matrix: measured points as measured, the rest predicted by the model chosen by cross-validation
     (with its prediction interval) or, where the model does not hold, interpolated between measured CPU
     counts."""
