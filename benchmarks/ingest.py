@@ -149,7 +149,7 @@ def cli_once(cmd: str, run: Path, engine: str, jobs: int | None = None, out=None
 
 def _command_args(cmd: str, run: Path, out: Path) -> list[str]:
     """The lotus command line of ``cmd`` on ``run`` (see ``--commands``); outputs under ``out``."""
-    if cmd in ("stats", "verdict", "wait", "fit"):
+    if cmd in ("stats", "verdict", "wait", "fit", "ranks"):
         return ["analyze", cmd, "-d", str(run)]
     return {"report": ["report", "-d", str(run), "-o", str(out / "report.html")],
             "diff": ["diff", str(run), str(run)],

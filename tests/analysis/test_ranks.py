@@ -182,3 +182,19 @@ def test_mixed_format_versions_are_read_as_they_are(tmp_path, monkeypatch):
         r = report(tmp_path, engine)
         assert [x["rank"] for x in r["ranks"]] == [0, 1] and r["missing_ranks"] == []
         assert all(x["batches"] == 8 and x["samples_per_s"] for x in r["ranks"])
+
+
+@pytest.mark.parametrize("engine", ["scan", "memory"])
+def test_the_report_from_its_columns_only_is_the_report(slow_input, slow_step, engine):
+    """rank_report reads RANK_BATCH_COLUMNS of the batches: a scanned run makes only those (no whole
+    DataFrame); the report is the same as from every column."""
+    from lotus.analysis.ranks import RANK_BATCH_COLUMNS
+
+    for path in (slow_input, slow_step):
+        cfg = load_config(path, engine=engine)
+        few = cfg.batches_of(RANK_BATCH_COLUMNS)
+        if engine == "scan":
+            assert cfg.__dict__.get("_batches") is None and list(few.columns) == RANK_BATCH_COLUMNS
+        part = dumps(rank_report(cfg.events, few, cfg.loaders, cfg.files))
+        whole = load_config(path, engine=engine)
+        assert part == dumps(rank_report(whole.events, whole.batches, whole.loaders, whole.files))

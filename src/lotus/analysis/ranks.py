@@ -158,6 +158,12 @@ def _figures(sums: dict, ops: dict[str, float], share: float) -> dict:
             "gpu_data_idle_share": sums["gpu_wait_ns"] / covered if covered > 0 else None}
 
 
+# the batches columns rank_report reads: a scanned run's report makes only these (Config.batches_of)
+RANK_BATCH_COLUMNS = ["rank", "loader", "epoch", "batch_id", "worker_id", "dispatch_ns", "prep_start_ns",
+                      "prep_dur_ns", "prep_end_ns", "n_samples", "failed", "wait_start_ns", "wait_dur_ns",
+                      "consumed_ns", "gpu_wait_ns", "gpu_step_ns", "detail"]
+
+
 def rank_report(events, batches, loaders: dict, files: list[dict]) -> dict:
     """``{"loader", "world_size", "missing_ranks", "ranks": [row...], "nodes": [row...], "collective":
     {...}, "straggler": {...} | None}`` (rows: :data:`RANK_COLUMNS` and ``loader``; ``loader``: the ranks'
@@ -246,4 +252,4 @@ def straggler_text(s: dict | None, coll: dict) -> str:
             f"{s['others_median_samples_per_s']:.4g} in median; ranks not in lockstep); cause: its {s['cause']}")
 
 
-__all__ = ["RANK_COLUMNS", "rank_nodes", "rank_op_totals", "rank_report", "straggler_text"]
+__all__ = ["RANK_BATCH_COLUMNS", "RANK_COLUMNS", "rank_nodes", "rank_op_totals", "rank_report", "straggler_text"]

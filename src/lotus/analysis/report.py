@@ -55,9 +55,10 @@ def build_report(configs, *, remove_outliers: bool = False, data_dir: str | None
             "trends": trends(c.events, b),
         }
         if len({int(f.get("rank") or 0) for f in c.files}) > 1:  # a distributed run: its stragglers
-            from lotus.analysis.ranks import rank_report
+            from lotus.analysis.ranks import RANK_BATCH_COLUMNS, rank_report
 
-            out["configs"][c.name]["ranks"] = rank_report(c.events, c.batches, c.loaders, c.files)
+            out["configs"][c.name]["ranks"] = rank_report(c.events, c.batches_of(RANK_BATCH_COLUMNS), c.loaders,
+                                                          c.files)
     if data_dir is not None:
         from lotus.analysis.profiles import find_profiles
 

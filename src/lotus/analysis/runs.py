@@ -110,6 +110,13 @@ class Config:
         :func:`lotus.analysis.diagnosis.verdict` read: the compact table of a scanned run, else ``batches``."""
         return self.table if self.table is not None else self.batches
 
+    def batches_of(self, columns: list[str]):
+        """The batches DataFrame with only ``columns``: a scanned run's made from its table without the
+        others (``BatchTable.frame``), else the columns of ``batches``."""
+        if self.table is not None and not self.table.partial and self.__dict__.get("_batches") is None:
+            return self.table.frame(columns)
+        return self.batches[columns]
+
     @property
     def files(self) -> list[dict]:
         return list(self.events.attrs.get("files", []))

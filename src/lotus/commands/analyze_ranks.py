@@ -19,9 +19,10 @@ def ranks_cmd(data_dir: Path, as_json: bool) -> None:
     the collective, and whether its input pipeline or its step made it late.
 
     A job whose nodes wrote into directories of their own (DATA_DIR/node0, DATA_DIR/node1...) is one run."""
-    from lotus.analysis.ranks import rank_report
+    from lotus.analysis.ranks import RANK_BATCH_COLUMNS, rank_report
 
-    per_config(data_dir, lambda cfg: rank_report(cfg.events, cfg.batches, cfg.loaders, cfg.files), _print, as_json)
+    per_config(data_dir, lambda cfg: rank_report(cfg.events, cfg.batches_of(RANK_BATCH_COLUMNS), cfg.loaders,
+                                                 cfg.files), _print, as_json)
 
 
 def _print(name: str, r: dict) -> None:
