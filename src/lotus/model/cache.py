@@ -79,13 +79,15 @@ def extend_epochs(epochs: list[np.ndarray], n_epochs: int, dataset_len: int, *, 
     """
     out: list[np.ndarray] = []
     for e in iter_epochs(epochs, n_epochs, dataset_len, kind=kind, seed=seed):
-        out.append(e.copy() if any(e is f for f in out) or any(e is f for f in epochs) else e)
+        mine = e.dtype == np.int64 and not any(e is f for f in out) and not any(e is f for f in epochs)
+        out.append(e if mine else e.astype(np.int64))
     return out
 
 
 def iter_epochs(epochs: list[np.ndarray], n_epochs: int, dataset_len: int, *, kind: str | None = None,
                 seed: int = 0):
-    """:func:`extend_epochs`' epochs one at a time (int64; a recorded or repeated epoch may be yielded as is).
+    """:func:`extend_epochs`' epochs one at a time (int64 or int32; a recorded or repeated epoch may be yielded
+    as is).
 
     The sampler's kind is worked out only where an epoch is completed or generated."""
     rng = np.random.default_rng(seed)
@@ -103,7 +105,8 @@ def iter_epochs(epochs: list[np.ndarray], n_epochs: int, dataset_len: int, *, ki
             rest = rest if kind == "sequential" else rng.permutation(rest)
             e = np.concatenate([e, rest])
         del rest
-        e = np.asarray(e, np.int64)
+        if e.dtype != np.int32:  # int32 (an order read narrow) is simulated as is: no int64 copy
+            e = np.asarray(e, np.int64)
         if i == 0 and n_epochs > len(epochs):
             kind = kind or sampler_kind(epochs)
             first = e if kind == "sequential" else None
