@@ -28,9 +28,9 @@ first access itself).
 
 Memory: per dataset item, its last access position (int32 while positions fit), ``L`` (int32; with sizes
 also int64 sizes and prefix sums) and the static threshold (int32 with unit sizes, else int64): ~12 bytes
-an item, ~22 while ``L`` is rebuilt after a block; plus ~60 bytes an access of one block
+an item, ~21 while ``L`` is rebuilt after a block; plus ~60 bytes an access of one block
 (:func:`block_size`: ~1/32 of the items, 2^16..2^19 accesses), nothing per access of the whole sequence.
-E.g. 3 epochs of 13.8M samples (41.4M accesses): ~320 MiB, ~8 bytes an access. Time: O(n log m) for ``n``
+E.g. 13.8M items: ~290 MiB at the peak (tracemalloc), ~7.4 bytes an access at 3 epochs. Time: O(n log m) for ``n``
 accesses in blocks of ``m``, plus O(items) a block to rebuild ``L``.
 """
 
