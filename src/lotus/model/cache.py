@@ -147,6 +147,8 @@ def cache_hit_rates(epochs: list[np.ndarray], dataset_len: int | None = None, *,
     import pandas as pd
 
     seen = max((int(e.max()) + 1 for e in epochs if len(e)), default=0)
+    if any(len(e) and int(e.min()) < 0 for e in epochs):
+        raise ValueError("dataset indices must be >= 0")
     n = max(int(dataset_len or 0), seen)
     n_eps = n_epochs or max(len(epochs), 1)
     per_item = scalar = None

@@ -194,6 +194,8 @@ def distances(seq, sizes=None, *, lru: bool = True) -> np.ndarray:
     out = np.empty(len(seq))
     if len(seq) == 0:
         return out
+    if seq.min() < 0:
+        raise ValueError("item ids must be >= 0")
     st = Streams(int(seq.max()) + 1, len(seq), sizes, lru=lru, static=not lru)
     block = block_size(int(seq.max()) + 1)
     for a in range(0, len(seq), block):
