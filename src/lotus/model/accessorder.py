@@ -45,7 +45,8 @@ class AccessOrder:
     """What the cache simulation reads of a run's recorded access order.
 
     ``epochs``: the first ``min(n_epochs, recorded)`` recorded epochs' dataset indices in consumption order
-    (int64, as :func:`~lotus.model.cache.access_epochs` gives them); ``recorded``: recorded epochs in
+    (the values :func:`~lotus.model.cache.access_epochs` gives; int32 where read flat and every index fits,
+    else int64); ``recorded``: recorded epochs in
     all; ``seen``: 1 + the largest index of every recorded epoch (0: none); ``kind``: the sampler's kind of
     every recorded epoch (:func:`~lotus.model.cache.sampler_kind`), or None where it cannot change the
     result (no epoch is completed or generated)."""
@@ -154,7 +155,7 @@ def _ordered(cols: tuple[list, list, list, list]) -> np.ndarray:
     ranks.clear()
     o = np.lexsort((start, rank, batch))
     del start, rank, batch
-    return sample[o].astype(np.int64)
+    return sample[o]  # int32 where the indices fit (the simulation reads it as is), else int64
 
 
 def _narrow(a: np.ndarray) -> np.ndarray:
