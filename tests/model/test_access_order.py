@@ -15,40 +15,17 @@ from lotus.model import cache, load_run, scanaccess
 from lotus.model.cache import DEFAULT_FRACTIONS, access_epochs
 from lotus.model.tables import cache_hits
 from lotus.trace import chunks, events
-from lotus.trace import schema as S
 from lotus.trace.events import load_events
 from lotus.trace.synthetic import PipelineSpec, write_native
 from tests.model.test_scan_fit import _runs
+from tests.trace.test_scan import native_from_events
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def _write(ev: pd.DataFrame, directory) -> None:
     """``ev`` as version-1 trace files, one per process, with its rank (load events kept as they are)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    builtin = {e.name: e.id for e in S.BUILTIN_EVENTS}
-    for pid, g in ev.groupby("pid", sort=True, observed=True):
-        names = [str(n) for n in g["name"].unique()]
-        ids, defs, nxt = {n: builtin.get(n) for n in names}, b"", S.FIRST_DYNAMIC_ID
-        for n in names:
-            if ids[n] is None:
-                ids[n], raw = nxt, n.encode()
-                for i in range(0, max(len(raw), 1), S.PAYLOAD_BYTES):
-                    defs += S.RECORD.pack(S.CTRL_DEFINE, S.NS_EVENT_NAME, nxt, 0, 0, 0, 0, 0)[:8] + \
-                        raw[i: i + S.PAYLOAD_BYTES].ljust(S.PAYLOAD_BYTES, b"\0")
-                nxt += 1
-        rec = np.zeros(len(g), S.RECORD_DTYPE)
-        rec["name_id"] = [ids[str(n)] for n in g["name"]]
-        for c in ("loader", "epoch", "start_ns", "dur_ns", "batch_id", "sample", "arg"):
-            rec[c] = g[c].to_numpy()
-        role, rank, wid = str(g["role"].iloc[0]), int(g["rank"].iloc[0]), int(g["worker_id"].iloc[0])
-        header = {"format": "lotus-trace", "version": 1, "role": role, "pid": int(pid), "rank": rank,
-                  "world_size": 2, "worker_id": wid, "boot_id": "b", "anchor_wall_ns": 0, "anchor_mono_ns": 0}
-        raw = json.dumps(header).encode()
-        raw += b" " * (-len(raw) % 8)
-        who = "main" if role == "main" else f"w{wid}"
-        with open(directory / f"lotus-r{rank}-{who}-p{int(pid)}{S.FILE_SUFFIX}", "wb") as f:
-            f.write(S.PREAMBLE.pack(S.MAGIC, len(raw), S.RECORD_SIZE) + raw + defs + rec.tobytes())
+    native_from_events(ev, directory, keep_ranks=True)
 
 
 def _mixed(tmp_path, *, differ: int | None = None, no_samples: bool = False):

@@ -29,8 +29,10 @@ QUANTILES = {"median", "p25", "p75", "p90", "p99", "iqr"}
 REL_Q = 2 ** (1 / BINS_PER_OCTAVE) - 1  # the histogram's relative bin width
 
 
-def native_from_events(events, directory: Path) -> Path:
-    """Rewrite an events DataFrame as lotus trace files, one per process (a test fixture)."""
+def native_from_events(events, directory: Path, *, keep_ranks: bool = False) -> Path:
+    """Rewrite an events DataFrame as lotus trace files, one per process (a test fixture); every process as
+    rank 0 of 1, or with ``keep_ranks`` its own rank (world size: the ranks seen)."""
+    world = int(events["rank"].max()) + 1 if keep_ranks else 1
     directory.mkdir(parents=True, exist_ok=True)
     builtin = {e.name: e.id for e in S.BUILTIN_EVENTS}
     for pid, g in events.groupby("pid", sort=True, observed=True):
@@ -51,13 +53,14 @@ def native_from_events(events, directory: Path) -> Path:
         rec["name_id"] = [ids[str(n)] for n in g["name"]]
         for c in ("loader", "epoch", "start_ns", "dur_ns", "batch_id", "sample", "arg"):
             rec[c] = g[c].to_numpy()
-        header = {"format": "lotus-trace", "version": 1, "role": role, "pid": int(pid), "rank": 0,
-                  "world_size": 1, "worker_id": int(g["worker_id"].iloc[0]), "boot_id": "b",
+        rank = int(g["rank"].iloc[0]) if keep_ranks else 0
+        header = {"format": "lotus-trace", "version": 1, "role": role, "pid": int(pid), "rank": rank,
+                  "world_size": world, "worker_id": int(g["worker_id"].iloc[0]), "boot_id": "b",
                   "anchor_wall_ns": 0, "anchor_mono_ns": 0}
         raw = json.dumps(header).encode()
         raw += b" " * (-len(raw) % 8)
         who = "main" if role == "main" else f"w{int(g['worker_id'].iloc[0])}"
-        with open(directory / f"lotus-r0-{who}-p{int(pid)}{S.FILE_SUFFIX}", "wb") as f:
+        with open(directory / f"lotus-r{rank}-{who}-p{int(pid)}{S.FILE_SUFFIX}", "wb") as f:
             f.write(S.PREAMBLE.pack(S.MAGIC, len(raw), S.RECORD_SIZE) + raw + defs + rec.tobytes())
     return directory
 

@@ -21,25 +21,23 @@ IO_PATH = "/proc/thread-self/io"
 _READ_BYTES = b"\nread_bytes: "
 
 
-class ThreadSched:
-    """Reads the opening thread's cumulative (on-CPU ns, run-queue ns)."""
+class _ThreadFile:
+    """One procfs file of the opening thread, kept open and read with ``pread``; closed for good on an error."""
 
     __slots__ = ("fd",)
 
-    def __init__(self, path: str = PATH) -> None:
+    def __init__(self, path: str) -> None:
         try:
             self.fd = os.open(path, os.O_RDONLY)
         except (OSError, AttributeError):
             self.fd = -1
 
-    def read(self) -> tuple[int, int] | None:
-        """(ns on a CPU, ns waiting on a run queue) since the thread started; None where unavailable."""
+    def _pread(self, n: int) -> bytes | None:
         if self.fd < 0:
             return None
         try:
-            cpu, runq, *_ = os.pread(self.fd, 96, 0).split()
-            return int(cpu), int(runq)
-        except (OSError, ValueError):
+            return os.pread(self.fd, n, 0)
+        except OSError:
             self.close()
             return None
 
@@ -55,38 +53,41 @@ class ThreadSched:
         self.close()
 
 
-class ThreadIO:
+class ThreadSched(_ThreadFile):
+    """Reads the opening thread's cumulative (on-CPU ns, run-queue ns)."""
+
+    __slots__ = ()
+
+    def __init__(self, path: str = PATH) -> None:
+        super().__init__(path)
+
+    def read(self) -> tuple[int, int] | None:
+        """(ns on a CPU, ns waiting on a run queue) since the thread started; None where unavailable."""
+        b = self._pread(96)
+        try:
+            cpu, runq, *_ = b.split()
+            return int(cpu), int(runq)
+        except (AttributeError, ValueError):  # None (unavailable) or not numbers
+            self.close()
+            return None
+
+
+class ThreadIO(_ThreadFile):
     """Reads the opening thread's cumulative bytes read from storage (``read_bytes`` of its io file)."""
 
-    __slots__ = ("fd",)
+    __slots__ = ()
 
     def __init__(self, path: str = IO_PATH) -> None:
-        try:
-            self.fd = os.open(path, os.O_RDONLY)
-        except (OSError, AttributeError):
-            self.fd = -1
+        super().__init__(path)
         if self.read() is None:  # opened but unreadable (another process's thread, a kernel without it)
             self.close()
 
     def read(self) -> int | None:
         """Bytes the thread has read from storage since it started; None where unavailable."""
-        if self.fd < 0:
-            return None
+        b = self._pread(512)
         try:
-            b = os.pread(self.fd, 512, 0)
             i = b.index(_READ_BYTES) + len(_READ_BYTES)
             return int(b[i:b.index(b"\n", i)])
-        except (OSError, ValueError):
+        except (AttributeError, ValueError):
             self.close()
             return None
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-            self.fd = -1
-
-    def __del__(self):
-        self.close()
