@@ -159,22 +159,31 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
 
     arrive = model.arrive_latency_ms * 1e6
     s, span, rate, wait_share, epoch = simulate(arrive)
-    service = (model.handoff_service_ms or 0.0) * 1e6
+    service, per_busy = (model.handoff_service_ms or 0.0) * 1e6, model.handoff_busy_ms * 1e6
     # the hand-off's latency at this rate (lotus.model.handoff), to the fixed point; not where the traced latency
     # is under 2% of a batch's preparation (it moves nothing there: each iteration is a whole simulation)
-    if nw > 0 and service > 0 and arrive >= 0.02 * prep_mean:
-        from lotus.model.handoff import wait_ns
+    if nw > 0 and service + per_busy > 0 and arrive >= 0.02 * prep_mean:
+        from lotus.model.handoff import busy_share, wait_ns
 
-        for _ in range(4):
+        per_epoch = model.epoch_batches * model.traced.batch_size / bs if model.epoch_batches else None
+        share = busy_share(nw, None, per_epoch)
+        here = service + per_busy * share
+        # the latency a rate gives falls as the latency rises (a slower pipeline, fewer batches a second): one
+        # fixed point, bracketed between none and the queue's cap and bisected from the traced latency
+        lo, hi = 0.0, max(wait_ns(here, 1e12), arrive)
+        for _ in range(HANDOFF_ITERATIONS):
             whole = epoch[0] if epoch is not None else rate
-            nxt = 0.5 * arrive + 0.5 * wait_ns(service, whole / bs)
-            if abs(nxt - arrive) <= 0.05 * max(arrive, 1e6):
+            target = wait_ns(here, whole / bs)
+            if abs(target - arrive) <= 0.05 * max(arrive, 1e6):
                 break
-            arrive = nxt
+            lo, hi = (arrive, hi) if target > arrive else (lo, arrive)
+            arrive = 0.5 * (lo + hi)
             s, span, rate, wait_share, epoch = simulate(arrive)
+        busy_part = (f": {_ms(per_busy / 1e6)} ms a hand-off from a worker busy with its next batch, "
+                     f"{share:.0%} of them") if per_busy >= 1e6 else ""
         out.notes.append(f"worker -> main hand-off {_ms(arrive / 1e6)} ms at this rate (traced "
-                         f"{_ms(model.arrive_latency_ms)} ms; the main process a queue of {_ms(service / 1e6)} ms "
-                         "a batch)")
+                         f"{_ms(model.arrive_latency_ms)} ms; the main process a queue of {_ms(here / 1e6)} ms a "
+                         f"batch{busy_part})")
     out.cpu_stretch = s
     out.busy_workers = float(prep[warm:].sum() * s / span) if nw > 0 else None
     if epoch is not None:
@@ -200,6 +209,7 @@ def _ms(v: float) -> str:
     return f"{v:,.0f}" if v >= 10 else f"{v:.2g}"
 
 
+HANDOFF_ITERATIONS = 8  # simulations to find the hand-off's fixed point (bisection: 1/256 of the bracket)
 EPOCH_SIM_CAP = 2000  # batches of an epoch simulated from its start; the rest at the steady rate
 
 

@@ -174,6 +174,7 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         op_ms[name] = dist_of([(o.op_ns.get(name), o.summary.cpu_stretch) for o in base])
     src = next((o.step_source for o in base if o.step_source), None)
     epoch_batches, epoch_gap_per_worker_ms, epoch_gap0_ms, epoch_boot_ms = _epochs(base, obs[0].summary.batch_size)
+    handoff = _handoff_service_ms(base)
     _log.debug("model of %d run(s): contention %.3g, cpu_fraction %.3g, cold load %s ms", len(obs), cpu.contention,
                cpu.cpu_fraction, cold_load)
     return PipelineModel(
@@ -186,7 +187,7 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         pin_ms=Dist.of_ns(measured.pin_ns) if measured.pin_ns is not None else None,
         start_latency_ms=_median_of(base, "start_latency_ns", 50_000) / 1e6,
         arrive_latency_ms=_median_of(base, "arrive_latency_ns", 60_000) / 1e6,
-        handoff_service_ms=_handoff_service_ms(base),
+        handoff_service_ms=handoff[0], handoff_busy_ms=handoff[1],
         free_gap_ms=_median_of(base, "free_gap_ns", 5_000) / 1e6,
         contention=cpu.contention, contention_identified=alpha_known, cpu_fraction=cpu.cpu_fraction,
         cpu_fraction_identified=phi_known, main_cpu_cores=cpu.main_cpu_cores,
@@ -198,15 +199,36 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         missing=missing, notes=list(dict.fromkeys(notes)), measured=measured)
 
 
-def _handoff_service_ms(obs: list[Observation]) -> float | None:
-    """The main process's time per hand-off (ms; :mod:`lotus.model.handoff`): the median over the runs with
-    workers of what each one's arrive latency at its own batch rate gives; None when none tells."""
-    from lotus.model.handoff import service_ns
+def _handoff_service_ms(obs: list[Observation]) -> tuple[float | None, float]:
+    """The hand-off server's time per batch (ms; :mod:`lotus.model.handoff`): (the part that stays at every
+    worker count, the part per hand-off from a worker busy with its next batch), medians over the runs with
+    workers. A run's service is what its arrive latency at its own batch rate gives; the main process's own
+    part is at most its measured CPU per batch beyond the step's time and the epoch restarts' (all of it where
+    the main process's CPU was not measured); the rest is over the run's busy share. (None, 0) when no run
+    tells."""
+    from lotus.model.handoff import busy_share, service_ns
 
-    got = [service_ns(o.arrive_latency_ns, o.summary.samples_per_s / o.summary.batch_size)
-           for o in obs if o.summary.num_workers > 0 and o.summary.samples_per_s]
-    got = [g for g in got if g]
-    return float(np.median(got)) / 1e6 if got else None
+    fixed, busy = [], []
+    for o in obs:
+        s = o.summary
+        if s.num_workers <= 0 or not s.samples_per_s:
+            continue
+        per_s = s.samples_per_s / s.batch_size
+        got = service_ns(o.arrive_latency_ns, per_s)
+        if not got:
+            continue
+        main = got
+        if s.main_cpu_cores is not None:
+            step = float(np.mean(o.step_ns)) if o.step_ns is not None and o.step_ns.size else 0.0
+            # the epoch's restart (fresh workers forked by the main process) is main CPU that is not hand-offs
+            restart = float(np.median(o.epoch_gap_ns)) / o.epoch_batches if o.epoch_batches and \
+                o.epoch_gap_ns.size else 0.0
+            main = min(max(s.main_cpu_cores * 1e9 / per_s - step - restart, 0.0), got)
+        fixed.append(main)
+        busy.append((got - main) / busy_share(s.num_workers, None, o.epoch_batches))
+    if not fixed:
+        return None, 0.0
+    return float(np.median(fixed)) / 1e6, float(np.median(busy)) / 1e6
 
 
 def _unstretched(a: np.ndarray, stretch: float) -> np.ndarray:

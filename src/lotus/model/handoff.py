@@ -10,12 +10,25 @@ wait ``Wq = rho / (2 (1 - rho)) * S`` with ``rho = lambda * S``; the traced run'
 ``S`` (the positive root of ``lambda S^2 + 2 Wq lambda S - 2 Wq = 0``: 50 ms for the run at 16 workers, whose
 main process measured 48 ms of CPU a batch) and the wait at another rate follows (that run's ``S`` gives
 40 ms at 8 workers' rate, against 29 measured). The engine iterates latency and rate to their fixed point.
+
+The server's time is not the main process's alone: a batch's storage is handed over by the worker that made it
+(torch shares it through a file descriptor that the main process fetches from the worker's resource-sharer
+thread while unpickling), and that worker's threads need its interpreter lock, which the worker holds while it
+prepares its next batch in Python code. Measured on the GPU host (docs/results/gpu-h200/issue-24/cross/): 16-
+batch epochs of 2 ms Python samples, a service of 27 ms a batch at 4 workers and 17 ms at 8, where every
+worker prepares another batch after 3 of its 4 hand-offs (4 workers) or 1 of its 2 (8): per hand-off from a
+busy worker 36 and 34 ms, and M/D/1 with a fixed service had predicted 8 workers at half of 4's rate (the
+queue near saturation) where the job alone ran 1.6x faster. So the service is per hand-off *from a busy
+worker*, scaled by the share of hand-offs whose worker is busy: the share of its time a worker prepares
+batches, times the share of its batches that are not its last of an epoch (after the last one it waits for
+the next epoch's indices): :func:`busy_share`.
 """
 
 from __future__ import annotations
 
 import math
 
+MIN_BUSY_SHARE = 0.05  # the busy share is floored here: a traced service divided by it stays bounded
 MAX_RHO = 0.98  # the queue's utilisation is capped here (its wait 24.5 S): a main process at its limit
 
 
@@ -26,6 +39,15 @@ def service_ns(wait_ns: float | None, batches_per_s: float | None) -> float | No
         return None
     lam = batches_per_s / 1e9
     return (-2 * wait_ns * lam + math.sqrt(4 * (wait_ns * lam) ** 2 + 8 * lam * wait_ns)) / (2 * lam)
+
+
+def busy_share(num_workers: int, worker_busy: float | None, epoch_batches: float | None) -> float:
+    """The share of hand-offs whose worker is preparing another batch meanwhile: ``worker_busy`` (a worker's
+    share of time in preparation, 1 when unknown) times ``1 - num_workers / epoch_batches`` (each worker's
+    last batch of an epoch is followed by no work; 1 without epochs seen); at least :data:`MIN_BUSY_SHARE`."""
+    u = 1.0 if worker_busy is None else min(max(worker_busy, 0.0), 1.0)
+    tail = 1.0 if not epoch_batches else max(1.0 - num_workers / epoch_batches, 0.0)
+    return max(u * tail, MIN_BUSY_SHARE)
 
 
 def wait_ns(service: float, batches_per_s: float) -> float:

@@ -131,9 +131,12 @@ class PipelineModel:
     measured: Measured | None = field(default=None, repr=False)
     cpu_capacity: float = 1.0  # CPUs' worth of work one CPU did in the runs (> 1: fewer runnable than assumed)
     other_cpus: float = 0.0  # other work runnable on the runs' CPUs, in CPUs (from their run-queue delays)
-    # the main process as one server of the hand-offs: its time per batch (ms), from the runs' arrive latency
-    # and batch rate (lotus.model.handoff); None: the arrive latency is taken as fixed
+    # the main process as one server of the hand-offs: its time per batch (ms) at every worker count, from the
+    # runs' arrive latency and batch rate (lotus.model.handoff); None: the arrive latency is taken as fixed
     handoff_service_ms: float | None = None
+    # the server's time per hand-off from a worker preparing its next batch meanwhile (ms), beyond the above;
+    # scaled by lotus.model.handoff.busy_share at each worker count
+    handoff_busy_ms: float = 0.0
     main_cpu_measured: bool = False  # main_cpu_cores measured by the trace (main_cpu events)
     # the time to read one of the dataset's files with N readers at once (ms; any unit: only ratios are used),
     # measured by reading them (lotus.profile.diskprobe via lotus.model.storage); empty: storage as traced
