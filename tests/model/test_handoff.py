@@ -109,3 +109,22 @@ def test_without_the_main_processs_cpu_the_whole_service_stays():
     main, busy = _handoff_service_ms([_obs(*SHORT4[:3], None, *SHORT4[4:])])
     assert busy == 0.0 and main == pytest.approx(service_ns(127.5e6, 1064.6 / 32) / 1e6)
     assert _handoff_service_ms([_obs(0, 200.0, 32, None, 5, 1, None, 0)]) == (None, 0.0)
+
+
+def test_the_latency_is_the_fixed_point_at_every_worker_count(truth_model):
+    """The latency a prediction uses is the queue's wait at the rate it predicts (within the 5% the search
+    stops at), also where the queue is near saturation at the traced rate (the damped steps before could stop
+    mid-oscillation: a 32-batch-epoch job on the GPU host read 178 ms where its fixed point was far lower)."""
+    import copy
+
+    t = truth_model.traced
+    m = copy.copy(truth_model)
+    per_s = t.samples_per_s / t.batch_size
+    m.handoff_service_ms = 0.9 / per_s * 1e3  # rho 0.9 at the traced rate
+    m.arrive_latency_ms = wait_ns(m.handoff_service_ms * 1e6, per_s) / 1e6
+    for w in (1, t.num_workers, 2 * t.num_workers, 4 * t.num_workers):
+        p = m.predict(w, t.cpus)
+        note = next(n for n in p.notes if n.startswith("worker -> main hand-off"))
+        used = float(note.split()[4].replace(",", "")) * 1e6
+        assert used == pytest.approx(wait_ns(m.handoff_service_ms * 1e6, p.samples_per_s / t.batch_size),
+                                     rel=0.08, abs=0.2e6), (w, note, p.samples_per_s)
