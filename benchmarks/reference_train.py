@@ -30,12 +30,12 @@ from torch.utils.data import DataLoader, Dataset
 
 
 class Spin(Dataset):
-    """``n`` samples, each costing ``ms`` milliseconds of CPU (thread time) and a 3x32x32 tensor; with
+    """``n`` samples, each costing ``ms`` milliseconds of CPU (thread time) and a 3 x hw x hw tensor; with
     ``jitter`` > 0 the cost is ``ms`` times a log-normal factor of mean 1 (sigma ``jitter``, seeded by the
     sample index: the same sample costs the same in every epoch and run)."""
 
-    def __init__(self, n: int, ms: float, jitter: float = 0.0):
-        self.n, self.ms, self.jitter = n, ms, jitter
+    def __init__(self, n: int, ms: float, jitter: float = 0.0, hw: int = 32):
+        self.n, self.ms, self.jitter, self.hw = n, ms, jitter, hw
 
     def __len__(self):
         return self.n
@@ -53,7 +53,7 @@ class Spin(Dataset):
         x = 0
         while time.thread_time_ns() < end:
             x += 1
-        return torch.full((3, 32, 32), float(i % 7)), i % 10
+        return torch.full((3, self.hw, self.hw), float(i % 7)), i % 10
 
 
 class Files(Dataset):
@@ -132,6 +132,8 @@ def main(argv=None) -> int:
                    help="with --files: first create COUNT files of KIB KiB there (kept when present)")
     p.add_argument("--jitter", type=float, default=0.0, metavar="SIGMA",
                    help="with --synthetic: log-normal spread of the per-sample cost (mean kept)")
+    p.add_argument("--sample-hw", type=int, default=32, metavar="PX",
+                   help="with --synthetic: each sample a 3xPXxPX float tensor (224: an ImageNet crop's bytes)")
     p.add_argument("-a", "--arch", default="resnet18", help="torchvision model, or 'none' (no model step)")
     p.add_argument("-b", "--batch-size", type=int, default=128)
     p.add_argument("-j", "--workers", type=int, default=4)
@@ -152,7 +154,7 @@ def main(argv=None) -> int:
             make_files(a.files, *a.make_files)
         ds = Files(a.files, a.synthetic or 0.0)
     else:
-        ds = Spin(a.samples, a.synthetic, a.jitter) if a.synthetic is not None else image_folder(a.data)
+        ds = Spin(a.samples, a.synthetic, a.jitter, a.sample_hw) if a.synthetic is not None else image_folder(a.data)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = None
     if a.arch != "none":

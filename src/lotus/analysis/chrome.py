@@ -51,9 +51,11 @@ _log = logging.getLogger("lotus.analysis")
 
 COUNTER_UNITS = {"gpu_util": "%", "gpu_power": "mW", "gpu_energy": "mJ", "gpu_sm_clock": "MHz",
                  "gpu_mem_clock": "MHz"}
-INSTANTS = {"consumed", "arrive", "epoch_start", "epoch_end", "worker_start", "worker_end", "main_cpu"}
+INSTANTS = {"consumed", "arrive", "epoch_start", "epoch_end", "worker_start", "worker_end", "main_cpu",
+            "batch_bytes"}
 NOT_SLICES = {"runq"}  # a sum over its fetch (run-queue delay), not an interval: in the batches, not drawn
-ARG_KEYS = {"main_cpu": "process_cpu_ns", "dispatch": "worker", "wait": "flags", "fetch": "flags", "collate": "samples",
+ARG_KEYS = {"main_cpu": "process_cpu_ns", "batch_bytes": "bytes", "dispatch": "worker", "wait": "flags",
+            "fetch": "flags", "collate": "samples",
             "epoch_start": "num_workers", "worker_start": "worker", "worker_end": "worker",
             "exhausted": "took_ns", "fetch (failed)": "flags", "arrive (exhausted)": "flags"}
 FAILED_FETCH, EXHAUSTED_ARRIVE = "fetch (failed)", "arrive (exhausted)"

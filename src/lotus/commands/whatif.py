@@ -38,6 +38,9 @@ def _list(kind):
                    "traced workers read from storage, the files are also read at each worker count (--replay-s).")
 @click.option("--replay-s", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="With --data: seconds of reading the dataset's files at each worker count (0: none).")
+@click.option("--shm-probe/--no-shm-probe", default=True, show_default=True,
+              help="From a num_workers=0 trace: measure here what a batch's bytes cost the worker path (shared "
+                   "memory) and price it into the predictions with workers.")
 @click.option("--epochs", type=click.IntRange(min=1), default=3, show_default=True,
               help="Epochs of the cache simulation.")
 @click.option("--cold-data-dir", type=click.Path(path_type=Path),
@@ -47,8 +50,8 @@ def _list(kind):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--fig", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the cache figure (hit rate and samples/s vs cache size) to this file (.png, .svg).")
-def whatif(data_dir: Path, workers, cpus, batch_size, cache_gb, dataset_bytes, data, replay_s, epochs, cold_data_dir,
-           io_mb_s, as_json: bool, fig: Path | None) -> None:
+def whatif(data_dir: Path, workers, cpus, batch_size, cache_gb, dataset_bytes, data, replay_s, shm_probe, epochs,
+           cold_data_dir, io_mb_s, as_json: bool, fig: Path | None) -> None:
     """Fit a throughput model on a traced run and predict other configurations (see docs/model.md)."""
     from lotus.errors import InputError
     from lotus.model.report import whatif as run_whatif
@@ -57,7 +60,7 @@ def whatif(data_dir: Path, workers, cpus, batch_size, cache_gb, dataset_bytes, d
         raise click.UsageError("give --dataset-bytes or --data, not both")
     w = run_whatif(data_dir, workers=workers, cpus=cpus, batch_size=batch_size, cache_gb=cache_gb,
                    dataset_bytes=dataset_bytes, data=data, epochs=epochs, cold_dir=cold_data_dir, io_mb_s=io_mb_s,
-                   replay_s=replay_s)
+                   replay_s=replay_s, shm_probe=shm_probe)
     if fig is not None:
         if w.cache is None:
             raise InputError("no cache figure: the cache what-if needs the dataset's size (--dataset-bytes or "

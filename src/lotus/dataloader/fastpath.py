@@ -23,7 +23,7 @@ import weakref
 
 from lotus.dataloader import _torch_compat as compat
 from lotus.dataloader import gpu as _gpu
-from lotus.dataloader.instrument import TimedCollate
+from lotus.dataloader.instrument import TimedCollate, record_bytes
 from lotus.dataloader.iterators import TracedSingleProcessIter
 from lotus.dataloader.main_side import _MainSide, main_heads, main_pair
 from lotus.dataloader.recorder import mono
@@ -44,6 +44,7 @@ def _collate_timer(fn, rec):
     """The fast path's collate wrapper: a plain function (torch's fetcher calls it as Python calls Python;
     an object with ``__call__`` costs a C-level re-entry per batch). Same records as TimedCollate."""
     second = TimedCollate._second
+    every = S.BATCH_BYTES_EVERY
 
     def collate(data):
         t0 = mono()
@@ -54,6 +55,8 @@ def _collate_timer(fn, rec):
         rec.c0 = t0
         rec.c1 = t1
         rec.cn = len(data) if isinstance(data, list) else -1
+        if rec.batch % every == 0 and rec.on:
+            record_bytes(rec, t1, out)
         return out
 
     return collate
@@ -110,6 +113,7 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             d0 = mono()
         rec.c0 = 0
         rec.batch = batch = self._num_yielded
+        meter = self._lotus_meter  # started where the fetch starts (_next_index)
         try:
             data = _torch_next(self)
         except BaseException as exc:
@@ -118,6 +122,8 @@ class FastSingleProcessIter(TracedSingleProcessIter):
             raise
         t1 = mono()
         try:
+            if meter is not None:
+                meter.record(rec, S.EV_RUNQ, rec.f0, batch)
             if detail:
                 self._lotus_swap.__exit__(None, None, None)
             # the batch's clock reads as they are: packed with the others later (_lotus_drain)
@@ -184,6 +190,9 @@ class FastSingleProcessIter(TracedSingleProcessIter):
 
     def _next_index(self):
         index = _torch_next_index(self)  # StopIteration: the epoch ends, no batch was opened
+        meter = self._lotus_meter
+        if meter is not None:
+            meter.start()
         self._lotus_rec.f0 = mono()  # the batch opens: dispatch ends, fetch starts
         return index
 

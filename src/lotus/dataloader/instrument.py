@@ -203,6 +203,34 @@ def _pin_envelope(out):
     return PinEnvelope(out)
 
 
+_EVERY = S.BATCH_BYTES_EVERY
+
+
+def batch_nbytes(out, depth: int = 0) -> int:
+    """The bytes of the tensors in a collated batch (anything with an int ``nbytes``: torch tensors, numpy
+    arrays), through lists, tuples and dicts up to 3 levels deep; -1 when there is none."""
+    n = getattr(out, "nbytes", None)
+    if type(n) is int:
+        return n
+    if depth >= 3:
+        return -1
+    items = out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else ()
+    total, found = 0, False
+    for x in items:
+        b = batch_nbytes(x, depth + 1)
+        if b >= 0:
+            total, found = total + b, True
+    return total if found else -1
+
+
+def record_bytes(rec: Recorder, t_ns: int, out) -> None:
+    """The ``batch_bytes`` record of the batch ``out`` collated at ``t_ns`` (schema version 6)."""
+    try:
+        rec.rec(S.EV_BATCH_BYTES, t_ns, 0, rec.batch, S.NO_ID, batch_nbytes(out))
+    except Exception as exc:
+        rec.fail("batch_bytes", exc)
+
+
 class TimedCollate:
     """collate_fn wrapper: times collation; wraps the batch for pin timing when pinning is on."""
 
@@ -227,6 +255,8 @@ class TimedCollate:
         rec.c0 = t0
         rec.c1 = t1
         rec.cn = len(data) if isinstance(data, list) else -1
+        if rec.batch % _EVERY == 0:
+            record_bytes(rec, t1, out)
         return _pin_envelope(out) if self.envelope else out
 
     def _call_itt(self, data):
@@ -241,6 +271,8 @@ class TimedCollate:
         if rec.c0:
             self._second(rec)
         rec.c0, rec.c1, rec.cn = t0, t1, len(data) if isinstance(data, list) else -1
+        if rec.batch % _EVERY == 0:
+            record_bytes(rec, t1, out)
         return _pin_envelope(out) if self.envelope else out
 
     @staticmethod

@@ -26,6 +26,15 @@ from lotus.trace import schema as S
 
 # the hot path's record kinds as module constants (one cached global load each)
 _DISPATCH, _COLLATE, _FETCH, _NO_ID, _DETAIL = S.EV_DISPATCH, S.EV_COLLATE, S.EV_FETCH, S.NO_ID, S.FETCH_DETAIL
+_RUNQ = S.EV_RUNQ
+
+
+def _meter():
+    """The loop thread's fetch meter (lotus.dataloader.schedstat.FetchMeter); None without procfs."""
+    from lotus.dataloader.schedstat import FetchMeter
+
+    m = FetchMeter()
+    return m if m.sched.fd >= 0 else None
 
 
 class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
@@ -43,6 +52,7 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         lt = self._lt
         self._lotus_swap = None
         self._lotus_rec = None  # set when tracing this iterator works
+        self._lotus_meter = None  # the loop thread's schedstat around each fetch (lotus.dataloader.schedstat)
         if not lt.on:
             return
         try:
@@ -60,6 +70,7 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
             self._lotus_epoch_start()
             self._lotus_rec = rec
             self._lotus_active = rec.itt or True  # _next_index times the batch's opening (and ITT)
+            self._lotus_meter = _meter()
         except Exception as exc:  # fall back to torch's own fetcher, untraced samples
             lt.fail("iterator", exc)
 
@@ -71,6 +82,9 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         index = super()._next_index()  # StopIteration ends the epoch before any batch is opened
         active = self._lotus_active
         if active:  # the batch opens: dispatch ends, fetch starts
+            meter = self._lotus_meter
+            if meter is not None:
+                meter.start()
             self._lotus_t0 = mono()
             if active is not True:
                 active.begin(self._lotus_rec.h_batch)  # ITT
@@ -89,6 +103,7 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         rec.batch = batch = self._num_yielded
         rec.c0 = d0 = 0
         rec.detail = detail = rec.on and rec.budget.step(rec.epoch, rec.nrec, rec.nsamp)
+        meter = self._lotus_meter  # started where the fetch starts (_next_index)
         try:
             if detail:  # per-sample/per-op detail for this batch: timed items and transforms
                 self._dataset_fetcher = self._lotus_detail_fetcher
@@ -105,6 +120,12 @@ class TracedSingleProcessIter(_MainSide, compat.SingleProcessIter):
         c0 = rec.c0
         end = rec.c1 if c0 else mono()  # the batch is ready when its collation returns
         t0 = self._lotus_t0
+        if meter is not None and t0 is not None:
+            try:
+                meter.record(rec, _RUNQ, t0, batch)
+            except Exception as exc:
+                self._lotus_meter = None
+                rec.fail("schedstat", exc)
         if self._lotus_active is not True:
             rec.itt.end()
         budget = rec.budget

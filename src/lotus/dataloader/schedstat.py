@@ -6,7 +6,8 @@ slices") and the third in ``/proc/thread-self/io`` (``read_bytes``: what the thr
 from a block device: page-cache misses and their read-ahead, not the bytes it copied out of the cache).
 One file descriptor per thread and file, opened once and read with ``pread`` (1-3 microseconds): the worker
 reads schedstat at the start and end of each batch and io at its end (the ``runq`` event), the main
-process schedstat every few hand-offs (``main_cpu``). Elsewhere (no procfs, another OS) the readers give
+process schedstat every few hand-offs (``main_cpu``) and, without workers, around each batch it prepares
+itself (:class:`FetchMeter`, the same ``runq`` event; format >= 6). Elsewhere (no procfs, another OS) the readers give
 None and nothing is recorded.
 
 The descriptor stays bound to the thread that opened it: open it in the thread to be measured.
@@ -91,3 +92,36 @@ class ThreadIO(_ThreadFile):
         except (AttributeError, ValueError):
             self.close()
             return None
+
+
+class FetchMeter:
+    """The ``runq`` record of batches a thread prepares itself (num_workers=0: the loop's thread): schedstat
+    at the fetch's start and end, read_bytes at its end. Opened by the first thread that starts a fetch;
+    another thread's fetches are not measured (its descriptors would read the opener's counters)."""
+
+    __slots__ = ("io", "io_last", "q0", "sched", "thread")
+
+    def __init__(self) -> None:
+        import threading
+
+        self.thread = threading.get_ident()
+        self.sched = ThreadSched()
+        self.io = ThreadIO()
+        self.io_last = self.io.read()
+        self.q0 = None
+
+    def start(self) -> None:
+        import threading
+
+        self.q0 = self.sched.read() if threading.get_ident() == self.thread else None
+
+    def record(self, rec, kind: int, start_ns: int, batch: int) -> None:
+        """Write the ``runq`` record (``kind``) of the fetch of ``batch`` that began at ``start_ns``."""
+        q0, self.q0 = self.q0, None
+        q1 = self.sched.read() if q0 is not None else None
+        if q1 is None:
+            return
+        now = self.io.read()
+        disk = -1 if now is None or self.io_last is None else max(now - self.io_last, 0)
+        self.io_last = now
+        rec.rec(kind, start_ns, q1[1] - q0[1], batch, disk, q1[0] - q0[0])

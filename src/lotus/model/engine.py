@@ -83,7 +83,11 @@ def _prep_ns(model, bs: int, hit: float | None, rng, n: int, nw: int):
         collate = m.collate_ns[idx[:, 0]] * (bs / m.n[idx[:, 0]])
     else:
         collate = np.full(n, (model.collate_ms_per_batch + model.collate_ms_per_sample * bs) * 1e6)
-    prep = items + collate + m.other_ns[idx[:, 0]]
+    prep = items + collate + m.other_ns[idx[:, 0]] + model.worker_path_ns(nw, bs)[0]
+    if nw > 0 and m.loop_runq_ns is not None and model.without_workers:
+        # the loop thread waited for a CPU (the main process's own threads: intra-op pools, the step's); a
+        # worker's thread, alone in its process (torch sets it one intra-op thread), does not meet them
+        prep = prep - m.loop_runq_ns[idx].sum(axis=1) * scale
     if m.io_ns is not None and model.io_scale:  # each batch's storage time at this many readers (model.storage)
         ws = sorted(model.io_scale)
         at = np.interp(m.io_workers, ws, [model.io_scale[w] for w in ws])  # its run's readers
@@ -92,7 +96,8 @@ def _prep_ns(model, bs: int, hit: float | None, rng, n: int, nw: int):
     parts = {name: d.mean_ms for name, d in model.op_ms.items() if name != "collate" and d.mean_ms}
     if "load" in parts and hit is not None and model.warm_load_ms is not None and model.base_state == "warm":
         parts["load"] = model.warm_load_ms
-    parts["collate"] = model.collate_ms_per_sample + model.collate_ms_per_batch / bs
+    parts["collate"] = model.collate_ms_per_sample + (model.collate_ms_per_batch + model.worker_path_ns(nw, bs)[0]
+                                                      / 1e6) / bs
     return np.maximum(prep, 0), parts, cold_part
 
 
@@ -129,6 +134,11 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
     handoff = rng.choice(m.handoff_ns, n_batches) if m.handoff_ns.size else np.zeros(n_batches)
     dispatch = rng.choice(m.dispatch_ns, n_batches) if m.dispatch_ns.size else np.zeros(n_batches)
     pin = rng.choice(m.pin_ns, n_batches) if m.pin_ns is not None and nw > 0 else None
+    touch = model.worker_path_ns(nw, bs)[1]  # the main process's first touch of a batch a worker made
+    if touch and pin is not None:
+        pin = pin + touch
+    elif touch:
+        handoff = handoff + touch
     prep_mean = float(prep.mean())
     full = model.cpu.stretch(nw, cpus) if nw > 0 else 1.0
     gap = model.free_gap_ms * 1e6

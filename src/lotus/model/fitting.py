@@ -168,7 +168,9 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         io_ns=_joined([o.io_ns if o.io_ns is not None else np.zeros(len(o.n)) for o in base])
         if any(o.io_ns is not None for o in base) else None,
         io_workers=_joined([np.full(len(o.n), max(o.summary.num_workers, 1), np.float64) for o in base])
-        if any(o.io_ns is not None for o in base) else None)
+        if any(o.io_ns is not None for o in base) else None,
+        loop_runq_ns=_joined([o.loop_runq_ns for o in base])
+        if base and all(o.loop_runq_ns is not None for o in base) else None)
     op_ms = {}
     for name in dict.fromkeys(k for o in base for k in o.op_ns):  # durations: arrays or streams (scanned runs)
         op_ms[name] = dist_of([(o.op_ns.get(name), o.summary.cpu_stretch) for o in base])

@@ -258,8 +258,8 @@ def measured_rate(batches, loaders: dict, loader: int, ranks: int
     return total / ranks, ((ci[0] / ranks, ci[1] / ranks) if ci else None), note
 
 
-__all__ = ["arrive_latency", "busy_workers", "concurrency_levels", "epoch_restarts", "handoff", "int_or_none",
-           "measured_rate", "rereads", "steps", "wait_shares", "worker_latencies"]
+__all__ = ["arrive_latency", "batch_bytes", "busy_workers", "concurrency_levels", "epoch_restarts", "handoff",
+           "int_or_none", "measured_rate", "rereads", "steps", "wait_shares", "worker_latencies"]
 
 
 def sched_sums(b, have) -> tuple[float, float, float] | None:
@@ -302,3 +302,14 @@ def main_cpu_cores(ev, loader: int) -> float | None:
         if len(t) >= 3 and t[-1] > t[1] and cpu[-1] >= cpu[1]:
             cores.append((cpu[-1] - cpu[1]) / (t[-1] - t[1]))
     return float(np.mean(cores)) if cores else None
+
+
+def batch_bytes(ev, loader: int) -> float | None:
+    """The median bytes of a collated batch of ``loader`` from its ``batch_bytes`` records (trace format >= 6:
+    one batch in :data:`lotus.trace.schema.BATCH_BYTES_EVERY`); None without any."""
+    if "name" not in ev or not (ev["name"] == "batch_bytes").any():
+        return None
+    rows = ev[(ev["name"] == "batch_bytes").to_numpy() & (ev["loader"].to_numpy() == loader)]
+    b = rows["arg"].to_numpy(np.int64)
+    b = b[b >= 0]
+    return float(np.median(b)) if b.size else None

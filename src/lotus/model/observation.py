@@ -50,6 +50,8 @@ class Observation:
     notes: list[str] = field(default_factory=list)
     levels: list | None = None  # measures.concurrency_levels: (workers at once, ms a sample, batches)
     io_ns: np.ndarray | None = None  # per batch: off a CPU reading from storage (measures.storage_waits)
+    # per batch, num_workers=0 runs (format >= 6): the loop thread's run-queue delay in its fetch (ns; 0: unknown)
+    loop_runq_ns: np.ndarray | None = None
 
 
 # the batches columns observe() reads (with lotus.model.measures, lotus.analysis.throughput.loader_rates and
@@ -173,7 +175,8 @@ def observe(run: RunTrace) -> Observation:
         sched_prep_ns=sched[0] if sched else None, sched_runq_ns=sched[1] if sched else None,
         sched_cpu_ns=sched[2] if sched else None, main_cpu_cores=main_cores,
         disk_bytes_per_sample=storage[1] / storage[2] if storage and storage[2] > 0 else None,
-        io_wait_share=float(storage[0].sum() / np.nansum(prep[have])) if storage else None)
+        io_wait_share=float(storage[0].sum() / np.nansum(prep[have])) if storage else None,
+        batch_bytes=measures.batch_bytes(run.events, loader))
     if desc.get("in_order") is False or desc.get("delivery_order") not in (None, "in_order"):
         notes.append(f"{run.name}: the loader does not deliver in order; the model simulates in-order delivery")
     return Observation(
@@ -183,7 +186,19 @@ def observe(run: RunTrace) -> Observation:
         step_ns=step_ns, step_source=step_source, handoff_ns=handoff, dispatch_ns=dispatch_ns, pin_ns=pin,
         start_latency_ns=start_lat, arrive_latency_ns=arrive_lat, free_gap_ns=free_gap, reread=reread,
         description=desc, epoch_batches=epoch_batches, epoch_gap_ns=epoch_gaps, epoch_boot_ns=epoch_boots,
-        missing=missing, notes=notes, levels=levels, io_ns=_take(storage[0], have) if storage else None)
+        missing=missing, notes=notes, levels=levels, io_ns=_take(storage[0], have) if storage else None,
+        loop_runq_ns=_loop_runq(src, have) if nw == 0 else None)
+
+
+def _loop_runq(src, have) -> np.ndarray | None:
+    """Per batch of a num_workers=0 run, the run-queue delay its loop thread met while preparing it (ns: the
+    ``runq`` records of format >= 6; 0 where a batch has none); None where no batch has it."""
+    if not src.has("runq_ns"):
+        return None
+    r = _f64(src.cols(["runq_ns"])["runq_ns"])
+    if not np.isfinite(r[have]).any():
+        return None
+    return _take(np.where(np.isfinite(r) & (r > 0), r, 0.0), have)
 
 
 def _items(d, src, n, prep, have, missing):

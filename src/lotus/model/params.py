@@ -65,6 +65,7 @@ class RunSummary:
     # storage (format >= 5 on Linux; None before or when nothing was read from a block device)
     disk_bytes_per_sample: float | None = None  # bytes the workers read from storage a sample (cache misses)
     io_wait_share: float | None = None  # of the fetches' time, off a CPU in batches that read from storage
+    batch_bytes: float | None = None  # a collated batch's tensors, bytes (format >= 6; median of its records)
 
 
 @dataclass
@@ -83,6 +84,8 @@ class Measured:
     pin_ns: np.ndarray | None
     io_ns: np.ndarray | None = None  # per batch: off a CPU reading from storage (lotus.model.measures.storage_waits)
     io_workers: np.ndarray | None = None  # per batch: the workers (>= 1 readers) of the run it came from
+    # per batch, runs without workers: the loop thread's run-queue delay in the fetch (ns; lotus.model.observation)
+    loop_runq_ns: np.ndarray | None = None
 
 
 @dataclass
@@ -141,6 +144,10 @@ class PipelineModel:
     # the time to read one of the dataset's files with N readers at once (ms; any unit: only ratios are used),
     # measured by reading them (lotus.profile.diskprobe via lotus.model.storage); empty: storage as traced
     io_scale: dict[int, float] = field(default_factory=dict)
+    # the extra ns a byte of a batch costs on the worker path against the main process's (lotus.profile.shmprobe):
+    # (a worker's collation into fresh shared memory, the main process's first touch of it); measured by whatif
+    # for a num_workers=0 trace predicting workers; None: not measured (the worker path taken as free)
+    shm_ns_per_byte: tuple[float, float] | None = None
 
     def io_factor(self, num_workers: int) -> float:
         """The time to read a file with ``num_workers`` readers (interpolated over the replayed counts, held
@@ -150,6 +157,21 @@ class PipelineModel:
             return 1.0
         ws = sorted(self.io_scale)
         return float(np.interp(max(num_workers, 1), ws, [self.io_scale[w] for w in ws]))
+
+    @property
+    def without_workers(self) -> bool:
+        """Every run was traced with num_workers=0 (its batches prepared by the loop's thread)."""
+        return not any(r.num_workers > 0 for r in (self.runs or [self.traced]))
+
+    def worker_path_ns(self, num_workers: int, batch_size: int) -> tuple[float, float]:
+        """(a worker's extra collation time, the main process's first touch) a batch of ``batch_size`` costs
+        with ``num_workers`` workers where every run was traced without workers (ns); (0, 0) where the runs
+        measured the worker path themselves, or nothing priced it (``shm_ns_per_byte``, ``batch_bytes``)."""
+        t = self.traced
+        if num_workers <= 0 or not self.shm_ns_per_byte or not t.batch_bytes or not self.without_workers:
+            return 0.0, 0.0
+        nbytes = t.batch_bytes * batch_size / max(t.batch_size, 1)
+        return nbytes * self.shm_ns_per_byte[0], nbytes * self.shm_ns_per_byte[1]
 
     def predict(self, num_workers: int, cpus: float | None, batch_size: int | None = None,
                 cache_hit_rate: float | None = None, prefetch_factor: int | None = None, **kwargs) -> Prediction:

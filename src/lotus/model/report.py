@@ -32,10 +32,12 @@ class WhatIf:
 def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: int | None = None, cache_gb=None,
            dataset_bytes: float | None = None, data: str | os.PathLike | None = None, epochs: int = 3,
            cold_dir: str | os.PathLike | None = None, io_mb_s: float | None = None,
-           main_cpu_cores: float = 1.0, replay_s: float = 1.0) -> WhatIf:
+           main_cpu_cores: float = 1.0, replay_s: float = 1.0, shm_probe: bool = True) -> WhatIf:
     """Fit the run at ``data_dir`` (plus a cold-cache run) and predict the grid (see docs/model.md). With
     ``data`` (the dataset's files) and a trace whose workers read from storage, the files are read at each
-    worker count for ``replay_s`` seconds (:mod:`lotus.model.storage`; 0: not)."""
+    worker count for ``replay_s`` seconds (:mod:`lotus.model.storage`; 0: not). A num_workers=0 trace that
+    recorded its batches' bytes predicts workers with the worker path's cost per byte measured on this
+    machine (:mod:`lotus.profile.shmprobe`; ``shm_probe=False``: not)."""
     from lotus.model.accessorder import access_order
     from lotus.model.cache import DEFAULT_FRACTIONS, steady_hit_rates
     from lotus.model.fitting import fit, load_run
@@ -83,6 +85,12 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
                          f"storage ({100 * (t.io_wait_share or 0):.0f}% of a fetch waiting for it): predictions "
                          "keep that time per batch at every worker count, which the storage may not give more "
                          "(or fewer) workers; --data DIR reads the dataset's files at each count to measure it")
+    if t.num_workers == 0 and any(w > 0 for w in workers) and shm_probe and t.batch_bytes:
+        from lotus.profile.shmprobe import measure
+
+        cost = measure(int(t.batch_bytes * (batch_size or t.batch_size) / t.batch_size))
+        if cost is not None:
+            model.shm_ns_per_byte = (cost.write_ns_per_byte, cost.touch_ns_per_byte)
     cpus = [float(c) for c in cpus] if cpus else grid_c
     cache_rows, steady, per_epoch = None, None, None
     if dataset is None:
@@ -125,13 +133,28 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
             notes.append(f"checked against the traced run only ({err:+.1%}, in sample): predictions for other "
                          "settings carry no interval; lotus tune and lotus sensitivity check them against probes")
     if t.num_workers == 0 and any(w > 0 for w in workers):
-        notes.append("traced with num_workers=0: the worker path's hand-off (the batch into shared memory, the "
-                     "main process's receive) is not in this trace and is taken as free, so predictions with "
-                     "workers read high (issue 24's corpus: +8% on this VM's CPU-bound job, +21% on the GPU "
-                     "host's ResNet-18 at 8 workers, against the job alone, docs/results/corpus.md); a probe with "
-                     "workers (lotus tune, lotus sensitivity) measures it")
+        notes += _worker_path(model, shm_probe)
     return WhatIf(model=model, predictions=table, measured=measured, cache=steady, cache_epochs=per_epoch,
                   dataset=dataset, notes=notes + model.notes)
+
+
+def _worker_path(model, probed: bool) -> list[str]:
+    """The note of a num_workers=0 trace predicting workers: what of the worker path the predictions price."""
+    t = model.traced
+    said = ("predictions with workers read high (issue 24's corpus: +8% on this VM's CPU-bound job, +21-61% on "
+            "the GPU host's ResNet-18 at 8 workers, against the job alone, docs/results/corpus.md); a probe "
+            "with workers (lotus tune, lotus sensitivity) measures it")
+    if model.shm_ns_per_byte and t.batch_bytes:
+        write, touch = model.worker_path_ns(1, t.batch_size)
+        return [f"traced with num_workers=0: a worker's collation into shared memory and the main process's "
+                f"first touch of it priced from the batch's {t.batch_bytes / 1e6:,.3g} MB at this machine's cost "
+                f"(+{write / 1e6:,.3g} ms and +{touch / 1e6:,.3g} ms a batch, lotus.profile.shmprobe); the rest "
+                "of the worker path (its queue, the main process's receive) is not in this trace and is taken "
+                "as free: " + said]
+    why = ("its batches' bytes are not in this trace (format < 6)" if not t.batch_bytes else
+           "shared memory could not be probed here" if probed else "not probed (--no-shm-probe)")
+    return ["traced with num_workers=0: the worker path (the batch into shared memory, the main process's "
+            f"receive) is not in this trace and is taken as free ({why}), so " + said]
 
 
 def _dataset_len(run) -> int | None:

@@ -22,10 +22,11 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-FORMAT_VERSION = 5  # 2: per-sample detail by budget (fetch FETCH_DETAIL), one `sample` record per item;
+FORMAT_VERSION = 6  # 2: per-sample detail by budget (fetch FETCH_DETAIL), one `sample` record per item;
 # 3: a num_workers=0 batch as one pair of packed records (PACKED_MAIN_BATCH, expanded by the readers);
 # 4: the scheduler's view where Linux gives it: `runq` per worker batch, `main_cpu` every few batches
 # 5: a `runq` record's sample = the bytes its thread read from storage during the fetch (-1: unknown)
+# 6: `batch_bytes` of the first batch of every BATCH_BYTES_EVERY (the tensors' bytes a collation made)
 MAGIC = b"LOTUSTR1"
 PREAMBLE = struct.Struct("<8sII")
 RECORD = struct.Struct("<hhiqqqqq")
@@ -164,6 +165,9 @@ BUILTIN_EVENTS: tuple[EventKind, ...] = (
               "main process CPU so far (instant, every MAIN_CPU_EVERY hand-offs of a loader with workers): "
               "arg = CPU ns of all its threads, "
               "sample = the loop thread's run-queue delay ns so far (-1: unknown), batch_id = the batch handed off"),
+    EventKind(28, "batch_bytes", "marker",
+              "the bytes of the tensors the collation of batch_id made (instant at its end; version >= 6, batch "
+              "ids divisible by BATCH_BYTES_EVERY): arg = bytes (-1: no tensor found)"),
 )
 
 EVENTS_BY_NAME: dict[str, EventKind] = {e.name: e for e in BUILTIN_EVENTS}
@@ -200,6 +204,8 @@ EV_WORKERS_SET = 25
 EV_RUNQ = 26
 EV_MAIN_CPU = 27
 MAIN_CPU_EVERY = 16  # hand-offs of a loader between two main_cpu records (its first hand-off records one)
+EV_BATCH_BYTES = 28
+BATCH_BYTES_EVERY = 64  # batch ids of a loader's epoch whose collated bytes are recorded: 0, 64, 128, ...
 
 # Keys of the JSON header.
 HEADER_KEYS = {
