@@ -99,3 +99,19 @@ def test_a_worker_pays_the_shared_memory_and_not_the_loop_threads_wait(nw0_model
     waited.measured.loop_runq_ns = np.full(len(base.measured.n), 4e6)  # 4 ms a batch waiting for a CPU
     assert waited.predict(1, cpus).samples_per_s > 1.3 * rate
     assert waited.predict(0, cpus).samples_per_s == pytest.approx(base.predict(0, cpus).samples_per_s)
+
+
+@pytest.mark.timeout(120)
+def test_the_commands_price_it_only_from_runs_without_workers(nw0_model):
+    from lotus.model.workerpath import price
+
+    m = copy.copy(nw0_model)
+    assert price(m) and m.shm_ns_per_byte is not None and m.shm_ns_per_byte[0] >= 0
+    with_workers = copy.copy(nw0_model)
+    with_workers.runs = [*nw0_model.runs, copy.copy(nw0_model.traced)]
+    with_workers.runs[-1].num_workers = 2
+    assert not price(with_workers) and with_workers.shm_ns_per_byte is None
+    no_bytes = copy.copy(nw0_model)
+    no_bytes.traced = copy.copy(nw0_model.traced)
+    no_bytes.traced.batch_bytes = None  # a trace of format < 6
+    assert not price(no_bytes)

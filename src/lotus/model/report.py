@@ -85,12 +85,10 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
                          f"storage ({100 * (t.io_wait_share or 0):.0f}% of a fetch waiting for it): predictions "
                          "keep that time per batch at every worker count, which the storage may not give more "
                          "(or fewer) workers; --data DIR reads the dataset's files at each count to measure it")
-    if t.num_workers == 0 and any(w > 0 for w in workers) and shm_probe and t.batch_bytes:
-        from lotus.profile.shmprobe import measure
+    if t.num_workers == 0 and any(w > 0 for w in workers) and shm_probe:
+        from lotus.model.workerpath import price
 
-        cost = measure(int(t.batch_bytes * (batch_size or t.batch_size) / t.batch_size))
-        if cost is not None:
-            model.shm_ns_per_byte = (cost.write_ns_per_byte, cost.touch_ns_per_byte)
+        price(model, batch_size)
     cpus = [float(c) for c in cpus] if cpus else grid_c
     cache_rows, steady, per_epoch = None, None, None
     if dataset is None:

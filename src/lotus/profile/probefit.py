@@ -16,7 +16,13 @@ def _variants(bps):
     the default; the CPU share and contention left at their assumptions (a pair of probes can mislead their
     fit); runs without workers left out of the workers' costs (the main process prepares batches on other
     terms: the CUDA step's threads, no worker start-up)."""
-    from lotus.model import fit
+    from lotus.model import fit as fit_runs
+    from lotus.model.workerpath import price
+
+    def fit(runs, **kw):
+        model = fit_runs(runs, **kw)
+        price(model)  # from num_workers=0 probes only: the worker path's cost of their batches' bytes
+        return model
 
     def default(runs):
         return fit(runs, bytes_per_sample=bps)

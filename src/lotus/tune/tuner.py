@@ -140,9 +140,12 @@ class JobProber:
 def fit_model(measurements: list[Measurement]):
     """:func:`lotus.model.fit` on the traces of ``measurements``."""
     from lotus.model import fit
+    from lotus.model.workerpath import price
 
     runs = [m.run if m.run is not None else m.trace_dir for m in measurements if m.trace_dir or m.run is not None]
-    return fit(runs)
+    model = fit(runs)
+    price(model)  # from num_workers=0 probes only: the worker path's cost of their batches' bytes
+    return model
 
 
 def tune(command: list[str], *, out: str | os.PathLike | None = None, steps: int = 600,
