@@ -162,20 +162,28 @@ class Corpus:
         f.write_text(json.dumps({"shape": shape, "command": cmd, "what": self.shapes[shape][5], **d}, indent=1))
         print(f"{shape} {cmd}: {json.dumps({k: v for k, v in d.items() if k != 'detail'})}", flush=True)
 
+    def trace(self, shape: str, workers: int, run: Path) -> bool:
+        """``lotus run`` of the shape on its CPUs with ``workers`` into ``run``, the job's own clock beside it
+        (``run/own.json``); kept when there (phases resume); False when the run failed."""
+        if (run / "own.json").exists():
+            return True
+        run.parent.mkdir(parents=True, exist_ok=True)
+        own = run.parent / f"{run.name}.own.json"
+        self.evict(shape)
+        subprocess.run([sys.executable, "-m", "lotus", "run", "--cpus", self.cpus(self.shapes[shape][1]), "-o",
+                        str(run), "--no-verdict", "--", *self.args(shape, workers), "--json", str(own)],
+                       check=False, capture_output=True, text=True, timeout=900)
+        if not own.exists():
+            return False
+        own.rename(run / "own.json")
+        return True
+
     # -- the commands ------------------------------------------------------------------------------------------
     def whatif(self, shape: str) -> dict | None:
         _, c, w, *_ = self.shapes[shape]
         run = self.work / "traced" / shape
-        if not (run / "own.json").exists():
-            run.parent.mkdir(parents=True, exist_ok=True)
-            own = run.parent / f"{shape}.own.json"
-            self.evict(shape)
-            subprocess.run([sys.executable, "-m", "lotus", "run", "--cpus", self.cpus(c), "-o", str(run),
-                            "--no-verdict", "--", *self.args(shape, w), "--json", str(own)],
-                           check=False, capture_output=True, text=True, timeout=900)
-            if not own.exists():
-                return None
-            own.rename(run / "own.json")
+        if not self.trace(shape, w, run):
+            return None
         pts = [2, 8] if w == 0 else [max(w // 2, 1), 2 * w]
         files = ["--data", str(self.a.files)] if "{files}" in self.shapes[shape][0] else []  # as a user would
         pred, secs, err = self.lotus(["whatif", "-d", str(run), "--workers", ",".join(map(str, pts)),

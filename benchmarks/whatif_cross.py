@@ -35,18 +35,11 @@ def cross(c: Corpus, shape: str, traced: list[int], workers: list[int]) -> dict:
         out["truth"][w] = None if t is None else {"samples_per_s": t["samples_per_s"], "ci95": t.get("ci95")}
     for tw in traced:
         run = c.work / f"traced-{shape}-w{tw}"
-        if not (run / "own.json").exists():
-            if c.late():
-                continue
-            own = c.work / f"{shape}-w{tw}.own.json"
-            c.evict(shape)
-            subprocess.run([sys.executable, "-m", "lotus", "run", "--cpus", c.cpus(cpus), "-o", str(run),
-                            "--no-verdict", "--", *c.args(shape, tw), "--json", str(own)],
-                           check=False, capture_output=True, text=True, timeout=900)
-            if not own.exists():
-                print(f"traced {shape} w{tw} failed", file=sys.stderr)
-                continue
-            own.rename(run / "own.json")
+        if not (run / "own.json").exists() and c.late():
+            continue
+        if not c.trace(shape, tw, run):
+            print(f"traced {shape} w{tw} failed", file=sys.stderr)
+            continue
         own = json.loads((run / "own.json").read_text())
         out["traced"][tw] = {"own_samples_per_s": own.get("samples_per_s"), "own_ci95": own.get("ci95")}
         pts = [w for w in workers if w != tw] or workers
