@@ -49,6 +49,7 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
         hit_rate_at,
         prediction_table,
     )
+    from lotus.trace.original import release_freed_memory
 
     run = load_run(data_dir, columns=MODEL_COLUMNS)  # the batches' columns the fit reads (a scanned run)
     runs = [run] + ([load_run(cold_dir, cache_state="cold", columns=MODEL_COLUMNS)] if cold_dir is not None else [])
@@ -66,6 +67,16 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
                    "bytes_per_sample": float(dataset_bytes) / n_samples if n_samples else None}
     bps = dataset["bytes_per_sample"] if dataset else None
     io = io_mb_s * 1e6 if io_mb_s else None
+    per_epoch = None
+    if dataset is not None:
+        # the cache what-if's hit rates need no model: simulated first, so that its access order and simulation
+        # (O(dataset)) are freed before the fit's per-batch arrays (O(batches)) are made: the peak is the larger
+        # of the two, not their sum (the same numbers: the simulation's seed is fixed)
+        extra = [min(g * GB / dataset["dataset_bytes"], 1.0) for g in (cache_gb or [])]
+        order = access_order(run, epochs, n_samples)  # the simulated epochs' orders only (flat in the run's length)
+        per_epoch = cache_hits(order, n_samples, fractions=sorted({*DEFAULT_FRACTIONS, *extra}), n_epochs=epochs)
+        del order
+        release_freed_memory()
     model = fit(runs, main_cpu_cores=main_cpu_cores, io_bytes_per_s=io, bytes_per_sample=bps)
     t = model.traced
     traced = model.predict(t.num_workers, t.cpus)
@@ -84,16 +95,12 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
                          "keep that time per batch at every worker count, which the storage may not give more "
                          "(or fewer) workers; --data DIR reads the dataset's files at each count to measure it")
     cpus = [float(c) for c in cpus] if cpus else grid_c
-    cache_rows, steady, per_epoch = None, None, None
+    cache_rows, steady = None, None
     if dataset is None:
         if cache_gb:
             notes.append("cache predictions skipped: the dataset's size is unknown (--dataset-bytes or --data)")
     else:
         total = dataset["dataset_bytes"]
-        extra = [min(g * GB / total, 1.0) for g in (cache_gb or [])]
-        fractions = sorted({*DEFAULT_FRACTIONS, *extra})
-        order = access_order(run, epochs, n_samples)  # the simulated epochs' orders only (flat in the run's length)
-        per_epoch = cache_hits(order, n_samples, fractions=fractions, n_epochs=epochs)
         if per_epoch is None:
             notes.append("cache what-if skipped: the trace records no sample indices (original LotusTrace logs)")
         else:

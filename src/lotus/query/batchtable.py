@@ -20,6 +20,8 @@ does not grow with the run.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 
 from lotus.query import spill
@@ -302,13 +304,42 @@ class BatchTable:
         del cols
         return batches_from_joined(joined, self.attrs, only_batches=False, warn_clocks=False, any_flagged=any_flagged)
 
-    def frames(self, rows: int | None = None, *, counts: bool = True):
+    def rank_frames(self, columns: list[str] | None = None):
+        """:meth:`frame` one rank at a time: ``(rank, its rows of frame(columns))`` in rank order, each a
+        DataFrame of the same columns, dtypes, values and ``attrs`` as those rows (indexed from 0), assembled
+        from :meth:`frames` pieces cut at the ranks' rows (the table is sorted by rank first), so that a
+        consumer holds one rank's rows, never the whole frame. A table of :data:`FRAME_ROWS` rows or fewer
+        (or a partial one): the one frame, with its rank None."""
+        if self.partial or not self.any_keys or len(self) <= FRAME_ROWS:
+            yield None, self.frame(columns)
+            return
+        counts = columns is None or "n_samples" in columns
+        rank = self.keys[:, 0]
+        ends = np.cumsum(self.counts)
+        cut = np.r_[np.flatnonzero(rank[1:] != rank[:-1]), len(rank) - 1]  # each rank's last group
+        bounds = [(int(rank[g]), int(ends[g])) for g in cut.tolist()]
+        pieces: list = []
+        at = 0  # rows of the pieces so far
+        lo = 0  # the current rank's first row
+        k = 0
+        for piece in self.frames(FRAME_ROWS, counts=counts, bounds=[e for _, e in bounds]):
+            pieces.append(piece)
+            at += len(piece)
+            while k < len(bounds) and at == bounds[k][1]:
+                if at > lo:
+                    yield bounds[k][0], _assemble(pieces, at - lo, columns)
+                pieces, lo = [], at
+                k += 1
+        assert not pieces and k == len(bounds), (len(pieces), k, len(bounds))
+
+    def frames(self, rows: int | None = None, *, counts: bool = True, bounds: list[int] | None = None):
         """The batches DataFrame (:meth:`frame`) in pieces of ``rows`` (:data:`ROWS`) rows, in order: each
         piece holds the same columns, dtypes, values and ``attrs`` as those rows of :meth:`frame` (its index
         from 0), so that a consumer (``lotus export``) holds one piece at a time, never the whole frame.
         What depends on every row is computed first, a view at a time: whether any fetch is flagged a
         detail batch, and the per-sample counts of batches without a collate (one more scan, only when
-        there are such batches; ``counts`` False: not made, for a caller that does not read ``n_samples``)."""
+        there are such batches; ``counts`` False: not made, for a caller that does not read ``n_samples``).
+        ``bounds``: row indices (ascending) no piece crosses (a piece ends at each)."""
         if self.partial or not self.any_keys or not len(self):
             yield self._joined_frame()
             return
@@ -331,8 +362,9 @@ class BatchTable:
 
             found = sample_counts(engine, self.key_frame(missing))
         del missing
-        for lo in range(0, len(self), step):
-            out = self.view(lo, min(len(self), lo + step))._joined_frame(any_flagged)
+        cuts = [*sorted({*range(0, len(self), step), *(b for b in bounds or () if 0 < b < len(self))}), len(self)]
+        for lo, hi in pairwise(cuts):
+            out = self.view(lo, hi)._joined_frame(any_flagged)
             if found is not None:
                 fill_sample_counts(engine, out, found)
             self.release()
