@@ -38,7 +38,7 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
     worker count for ``replay_s`` seconds (:mod:`lotus.model.storage`; 0: not)."""
     from lotus.model.accessorder import access_order
     from lotus.model.cache import DEFAULT_FRACTIONS, steady_hit_rates
-    from lotus.model.fitting import fit, load_run
+    from lotus.model.fitting import fit, forget_observation, load_run
     from lotus.model.observation import MODEL_COLUMNS
     from lotus.model.tables import (
         GB,
@@ -78,6 +78,9 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
         del order
         release_freed_memory()
     model = fit(runs, main_cpu_cores=main_cpu_cores, io_bytes_per_s=io, bytes_per_sample=bps)
+    for r in runs:  # fitted once: the observations' per-batch arrays the model does not share are freed
+        forget_observation(r)
+    release_freed_memory()
     t = model.traced
     traced = model.predict(t.num_workers, t.cpus)
     if traced.samples_per_s is None:
