@@ -109,16 +109,19 @@ class FirstReads:
         """(first reads per batch row, (mean first read, mean re-read (ns), their counts) or None)."""
         # the slots of ids never loaded hold row 0 and duration 0: counted in row 0 then taken out, summed as 0
         # (no index array of the loaded ids: the dataset's size, 8 bytes an id, at the peak of the fit)
+        # (the start times and durations are reduced and dropped before the per-batch counts are made)
         unseen = 0 if self.ids is not None else int((self.start == _NONE).sum())
+        n_first = len(self.start) - unseen
+        first_sum = int(self.dur.sum())
+        self.start, self.dur, self.ids = np.zeros(0, np.int64), np.zeros(0, np.int32), None
         first = np.bincount(self.row, minlength=nb)
+        self.row = np.zeros(0, self.row.dtype)
         if unseen:
             first[0] -= unseen
         first = first.astype(np.float64)
-        n_first = len(self.start) - unseen
         n_re = self.count - n_first
         if self.count == 0 or n_re == 0:
             return first, None
-        first_sum = int(self.dur.sum())
         return first, (float(np.float64(first_sum) / n_first), float(np.float64(self.total - first_sum) / n_re),
                        n_first, n_re)
 
