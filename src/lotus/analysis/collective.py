@@ -59,15 +59,17 @@ def step_rows(batches, loaders: dict[int, int]) -> dict[str, np.ndarray]:
     """What :func:`step_table_of` reads of ``batches`` (all of a run's rows, or some ranks' rows of it):
     the key and times of the ok batches of each rank's main loader handed to the loop, in the rows' order
     (int64 values; held as int32 where every value fits)."""
-    from lotus.query import ok_batches
+    from lotus.query import failed_mask
 
-    b = ok_batches(batches)
+    # the rows of ok_batches(batches) that step_table keeps, as a mask: only these columns of them are copied
+    b = batches
     main = b["rank"].map(loaders).astype("Int64")
     sel = (b["loader"] == main) & b["consumed_ns"].notna() & b["wait_dur_ns"].notna() & b["wait_start_ns"].notna()
-    b = b[sel.to_numpy(dtype=bool, na_value=False)]
+    sel = sel.to_numpy(dtype=bool, na_value=False) & ~failed_mask(b)
+    del main
     out = {}
     for c in _STEP_ROW_COLUMNS:
-        v = b[c].to_numpy(np.int64)
+        v = b[c][sel].to_numpy(np.int64)
         fits = len(v) and int(v.min()) >= np.iinfo(np.int32).min and int(v.max()) <= np.iinfo(np.int32).max
         out[c] = v.astype(np.int32) if fits else v
     return out

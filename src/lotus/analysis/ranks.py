@@ -182,13 +182,15 @@ def rank_report(events, batches, loaders: dict, files: list[dict]) -> dict:
     main: dict[int, int] = {}
     sums: dict[int, dict] = {}
     step_parts = []
-    for part in [batches] if isinstance(batches, pd.DataFrame) else batches:
+    whole = isinstance(batches, pd.DataFrame)
+    for part in [batches] if whole else batches:
         got = loader_rates(part, loaders)
         mine = main_loaders(got)
         rates.update(got)
         main.update(mine)
         sums.update(_sums_by_rank(part, mine))
-        step_parts.append(collective.step_rows(part, mine))
+        if not whole or len(mine) >= 2:  # every rank at once: fewer than two, no step table to make
+            step_parts.append(collective.step_rows(part, mine))
         del part
     nodes = rank_nodes(files)
     ops, detail = rank_op_totals(events)

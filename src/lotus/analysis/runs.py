@@ -118,13 +118,14 @@ class Config:
         return self.batches[columns]
 
     def batches_by_rank(self, columns: list[str]):
-        """:meth:`batches_of` in parts, one rank's rows each (rank order; each part's rows in the order of the
-        whole, indexed from 0): a scanned run's made from its table a rank at a time
-        (:meth:`lotus.query.batchtable.BatchTable.rank_frames`: one rank's DataFrame in memory at once); else
+        """:meth:`batches_of` in parts of whole ranks (rank order; each part's rows in the order of the whole,
+        indexed from 0): a scanned run's made from its table a few ranks at a time
+        (:meth:`lotus.query.batchtable.BatchTable.rank_frames`: one part's DataFrame in memory at once); else
         (or a small table) the one DataFrame of every rank."""
         if self.table is not None and not self.table.partial and self.__dict__.get("_batches") is None:
             for _rank, part in self.table.rank_frames(columns):
                 yield part
+                del part  # not held while the next rank's is made
             return
         yield self.batches[columns]
 
