@@ -305,6 +305,23 @@ class BatchTable:
         del cols
         return batches_from_joined(joined, self.attrs, only_batches=False, warn_clocks=False, any_flagged=any_flagged)
 
+    def rank_parts(self, rows: int | None = None) -> list[tuple[list[int], int]] | None:
+        """The parts of :meth:`rank_frames`: (ranks, end row) of each; None for the one frame."""
+        if self.partial or not self.any_keys or len(self) <= FRAME_ROWS:
+            return None
+        budget = RANK_ROWS if rows is None else rows
+        rank = self.keys[:, 0]
+        ends = np.cumsum(self.counts)
+        cut = np.r_[np.flatnonzero(rank[1:] != rank[:-1]), len(rank) - 1]  # each rank's last group
+        parts: list[tuple[list[int], int]] = []
+        for g in cut.tolist():
+            r, hi = int(rank[g]), int(ends[g])
+            if parts and hi - (parts[-2][1] if len(parts) > 1 else 0) <= budget:  # the last part with this rank
+                parts[-1] = ([*parts[-1][0], r], hi)
+            else:
+                parts.append(([r], hi))
+        return parts
+
     def rank_frames(self, columns: list[str] | None = None, rows: int | None = None):
         """:meth:`frame` a few ranks at a time: ``(ranks, their rows of frame(columns))`` in rank order, each a
         DataFrame of the same columns, dtypes, values and ``attrs`` as those rows (indexed from 0), of whole
@@ -312,21 +329,11 @@ class BatchTable:
         :meth:`frames` pieces cut at the ranks' rows (the table is sorted by rank first), so that a consumer
         holds those ranks' rows, never the whole frame's. A table of :data:`FRAME_ROWS` rows or fewer (or a
         partial one): the one frame, its ranks None."""
-        if self.partial or not self.any_keys or len(self) <= FRAME_ROWS:
+        parts = self.rank_parts(rows)
+        if parts is None:
             yield None, self.frame(columns)
             return
-        budget = RANK_ROWS if rows is None else rows
         counts = columns is None or "n_samples" in columns
-        rank = self.keys[:, 0]
-        ends = np.cumsum(self.counts)
-        cut = np.r_[np.flatnonzero(rank[1:] != rank[:-1]), len(rank) - 1]  # each rank's last group
-        parts: list[tuple[list[int], int]] = []  # (ranks, end row) of each part
-        for g in cut.tolist():
-            r, hi = int(rank[g]), int(ends[g])
-            if parts and hi - (parts[-2][1] if len(parts) > 1 else 0) <= budget:  # the last part with this rank
-                parts[-1] = ([*parts[-1][0], r], hi)
-            else:
-                parts.append(([r], hi))
         pieces = self.frames(FRAME_ROWS, counts=counts, bounds=[e for _, e in parts])
         lo = 0  # the part's first row
         for ranks, hi in parts:
