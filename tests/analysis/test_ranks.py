@@ -198,3 +198,43 @@ def test_the_report_from_its_columns_only_is_the_report(slow_input, slow_step, e
         part = dumps(rank_report(cfg.events, few, cfg.loaders, cfg.files))
         whole = load_config(path, engine=engine)
         assert part == dumps(rank_report(whole.events, whole.batches, whole.loaders, whole.files))
+
+
+@pytest.mark.parametrize("engine", ["scan", "memory"])
+def test_the_report_a_rank_at_a_time_is_the_report(slow_input, slow_step, engine, monkeypatch):
+    """`lotus analyze ranks` reads a scanned run's batches a few whole ranks at a time (Config.batches_by_rank,
+    pieces of a few rows cut at the ranks' rows): each part is those rows of the whole DataFrame, and the
+    report is the same as from the whole DataFrame."""
+    from lotus.analysis.ranks import RANK_BATCH_COLUMNS
+    from lotus.query import batchtable
+
+    monkeypatch.setattr(batchtable, "FRAME_ROWS", 7)  # every table is "large": the rank-at-a-time path
+    for path, per in ((slow_input, 1), (slow_step, 170)):  # a rank a part / two ranks a part
+        monkeypatch.setattr(batchtable, "RANK_ROWS", per)
+        cfg = load_config(path, engine=engine)
+        got = cfg.batches_by_rank(RANK_BATCH_COLUMNS)  # the DataFrame itself where it is one part
+        assert isinstance(got, pd.DataFrame) == (engine == "memory")
+        parts = [got] if isinstance(got, pd.DataFrame) else list(got)
+        whole = load_config(path, engine=engine)
+        want = whole.batches[RANK_BATCH_COLUMNS]
+        if engine == "scan":
+            assert cfg.__dict__.get("_batches") is None and len(parts) == (4 if per == 1 else 2)
+            assert [sorted(set(p["rank"])) for p in parts] == ([[0], [1], [2], [3]] if per == 1 else [[0, 1], [2, 3]])
+            assert all(list(p.columns) == RANK_BATCH_COLUMNS for p in parts)
+        pd.testing.assert_frame_equal(pd.concat(parts, ignore_index=True), want.reset_index(drop=True),
+                                      check_exact=True)
+        report = dumps(rank_report(cfg.events, iter(parts), cfg.loaders, cfg.files))
+        assert report == dumps(rank_report(whole.events, whole.batches, whole.loaders, whole.files))
+
+
+def test_step_table_of_rank_parts_is_the_step_table(slow_input):
+    """The step table of per-rank step_rows (int32 where they fit) is step_table of the whole frame."""
+    cfg = load_config(slow_input, engine="memory")
+    b = cfg.batches
+    loaders = {r: 0 for r in range(4)}
+    want, lock = collective.step_table(b, loaders)
+    parts = [collective.step_rows(b[b["rank"] == r], {r: 0}) for r in range(4)]
+    assert any(a.dtype == np.int32 for p in parts for a in p.values())
+    got, lock2 = collective.step_table_of(parts, loaders)
+    assert lock == lock2 and not parts
+    pd.testing.assert_frame_equal(got, want, check_exact=True)

@@ -49,35 +49,77 @@ def step_table(batches, loaders: dict[int, int]):
     """One row per step of the ranks' main loaders (``loaders``: rank -> its main loader) that at least two
     ranks handed out (columns :data:`STEP_COLUMNS`; ns as float64, exact integers or halves), sorted by
     (epoch, batch id), and whether the ranks ran in lockstep (module doc)."""
-    import pandas as pd
+    return step_table_of([step_rows(batches, loaders)], loaders)
 
-    from lotus.query import ok_batches
+
+_STEP_ROW_COLUMNS = ("rank", "epoch", "batch_id", "consumed_ns", "wait_dur_ns", "wait_start_ns")
+
+
+def step_rows(batches, loaders: dict[int, int]) -> dict[str, np.ndarray]:
+    """What :func:`step_table_of` reads of ``batches`` (all of a run's rows, or some ranks' rows of it):
+    the key and times of the ok batches of each rank's main loader handed to the loop, in the rows' order
+    (int64 values; held as int32 where every value fits)."""
+    from lotus.query import failed_mask
+
+    # the rows of ok_batches(batches) that step_table keeps, as a mask: only these columns of them are copied
+    b = batches
+    main = b["rank"].map(loaders).astype("Int64")
+    sel = (b["loader"] == main) & b["consumed_ns"].notna() & b["wait_dur_ns"].notna() & b["wait_start_ns"].notna()
+    sel = sel.to_numpy(dtype=bool, na_value=False) & ~failed_mask(b)
+    del main
+    out = {}
+    for c in _STEP_ROW_COLUMNS:
+        v = b[c][sel].to_numpy(np.int64)
+        fits = len(v) and int(v.min()) >= np.iinfo(np.int32).min and int(v.max()) <= np.iinfo(np.int32).max
+        out[c] = v.astype(np.int32) if fits else v
+    return out
+
+
+def step_table_of(parts: list[dict[str, np.ndarray]], loaders: dict[int, int]):
+    """:func:`step_table` of the rows of ``parts`` (:func:`step_rows` of a run's ranks, in the rows' order),
+    which it empties as it reads them; ``loaders``: every rank's main loader."""
+    import pandas as pd
 
     empty = pd.DataFrame(columns=STEP_COLUMNS), False
     if len(loaders) < 2:
+        parts.clear()
         return empty
-    b = ok_batches(batches)
-    main = b["rank"].map(loaders).astype("Int64")
-    sel = (b["loader"] == main) & b["consumed_ns"].notna() & b["wait_dur_ns"].notna() & b["wait_start_ns"].notna()
-    b = b[sel.to_numpy(dtype=bool, na_value=False)]
-    if b["rank"].nunique() < 2:
-        return empty
-    rank, epoch, bid = (b[c].to_numpy(np.int64) for c in ("rank", "epoch", "batch_id"))
-    cs, w, ws = (b[c].to_numpy(np.int64) for c in ("consumed_ns", "wait_dur_ns", "wait_start_ns"))
-    ranks, ri = np.unique(rank, return_inverse=True)
-    width = int(bid.max()) + 1
-    keys, si = np.unique((epoch - int(epoch.min())) * width + bid, return_inverse=True)
-    base = int(ws.min())
 
-    def grid(v, off: int = 0):
+    def col(c: str) -> np.ndarray:
+        got = [p.pop(c) for p in parts]
+        return np.concatenate(got).astype(np.int64, copy=False) if len(got) != 1 else got[0].astype(np.int64)
+
+    rank = col("rank")
+    if len(np.unique(rank)) < 2:
+        parts.clear()
+        return empty
+    epoch, bid = col("epoch"), col("batch_id")
+    ranks, ri = np.unique(rank, return_inverse=True)
+    del rank
+    width = int(bid.max()) + 1
+    e0 = int(epoch.min())
+    keys, si = np.unique((epoch - e0) * width + bid, return_inverse=True)
+    del epoch, bid
+
+    def grid(at, v, off: int = 0):
         m = np.full((len(keys), len(ranks)), np.nan)
-        m[si, ri] = (v - off).astype(np.float64)  # differences of < 2**53 ns: exact
+        m[at] = (v - off).astype(np.float64)  # differences of < 2**53 ns: exact
         return m
 
-    hand, wait, ask = grid(cs, base), grid(w), grid(ws, base)
+    at = (si, ri)
+    del si, ri
+    ws = col("wait_start_ns")
+    base = int(ws.min())
+    ask = grid(at, ws, base)
+    del ws
+    hand = grid(at, col("consumed_ns"), base)
+    wait = grid(at, col("wait_dur_ns"))
+    parts.clear()
+    del at
     n = (~np.isnan(hand)).sum(axis=1)
     keep = n >= 2
-    hand, wait, ask, keys, n = hand[keep], wait[keep], ask[keep], keys[keep], n[keep]
+    if not keep.all():
+        hand, wait, ask, keys, n = hand[keep], wait[keep], ask[keep], keys[keep], n[keep]
     rows = np.arange(len(keys))
     h = np.nanargmax(hand, axis=1)
     med = np.nanmedian(hand, axis=1)
@@ -88,7 +130,7 @@ def step_table(batches, loaders: dict[int, int]):
     gaps = (med[1:] - med[:-1])[same_epoch]
     held = late >= max(HELD_MIN * float(np.median(gaps)) if len(gaps) else 0.0, HELD_MIN_NS)
     out = pd.DataFrame({
-        "epoch": keys // width + int(epoch.min()), "batch_id": keys % width, "ranks": n,
+        "epoch": keys // width + e0, "batch_id": keys % width, "ranks": n,
         "slowest_rank": np.where(held, ranks[h], -1), "late_ns": np.where(held, late, 0.0),
         "spread_ns": np.nanmax(hand, axis=1) - np.nanmin(hand, axis=1), "input_ns": np.where(held, inp, 0.0),
         "step_ns": np.where(held, stp, 0.0),
@@ -155,4 +197,4 @@ def summary(steps, lockstep: bool, loop_ns: float | None, nodes: dict[int, str])
     return out
 
 
-__all__ = ["INPUT", "STEP", "STEP_COLUMNS", "blame", "step_table", "summary"]
+__all__ = ["INPUT", "STEP", "STEP_COLUMNS", "blame", "step_rows", "step_table", "step_table_of", "summary"]

@@ -167,16 +167,34 @@ RANK_BATCH_COLUMNS = ["rank", "loader", "epoch", "batch_id", "worker_id", "dispa
 def rank_report(events, batches, loaders: dict, files: list[dict]) -> dict:
     """``{"loader", "world_size", "missing_ranks", "ranks": [row...], "nodes": [row...], "collective":
     {...}, "straggler": {...} | None}`` (rows: :data:`RANK_COLUMNS` and ``loader``; ``loader``: the ranks'
-    main loader, or None where they differ; see the module doc)."""
+    main loader, or None where they differ; see the module doc).
+
+    ``batches``: the batches DataFrame, or an iterable of DataFrames that split its rows by rank (each rank's
+    rows in one of them, in their order: :meth:`lotus.analysis.runs.Config.batches_by_rank`), read one after
+    the other: every figure but the step table is a rank's own, and the step table reads only a few columns
+    of each (:func:`lotus.analysis.collective.step_rows`); the same report."""
+    import pandas as pd
+
     from lotus.analysis.steady import combine
     from lotus.analysis.throughput import loader_rates
 
-    rates = loader_rates(batches, loaders)
-    main = main_loaders(rates)
+    rates: dict = {}
+    main: dict[int, int] = {}
+    sums: dict[int, dict] = {}
+    step_parts = []
+    whole = isinstance(batches, pd.DataFrame)
+    for part in [batches] if whole else batches:
+        got = loader_rates(part, loaders)
+        mine = main_loaders(got)
+        rates.update(got)
+        main.update(mine)
+        sums.update(_sums_by_rank(part, mine))
+        if not whole or len(mine) >= 2:  # every rank at once: fewer than two, no step table to make
+            step_parts.append(collective.step_rows(part, mine))
+        del part
     nodes = rank_nodes(files)
-    sums = _sums_by_rank(batches, main)
     ops, detail = rank_op_totals(events)
-    steps, lockstep = collective.step_table(batches, main)
+    steps, lockstep = collective.step_table_of(step_parts, main)
     loops = [s["loop_ns"] for s in sums.values() if s["loop_ns"] > 0]
     coll = collective.summary(steps, lockstep, float(np.median(loops)) if loops else None, nodes)
     ranks = sorted({r for r, _ in rates} | set(sums) | set(nodes))

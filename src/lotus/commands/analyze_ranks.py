@@ -21,7 +21,7 @@ def ranks_cmd(data_dir: Path, as_json: bool) -> None:
     A job whose nodes wrote into directories of their own (DATA_DIR/node0, DATA_DIR/node1...) is one run."""
     from lotus.analysis.ranks import RANK_BATCH_COLUMNS, rank_report
 
-    per_config(data_dir, lambda cfg: rank_report(cfg.events, cfg.batches_of(RANK_BATCH_COLUMNS), cfg.loaders,
+    per_config(data_dir, lambda cfg: rank_report(cfg.events, cfg.batches_by_rank(RANK_BATCH_COLUMNS), cfg.loaders,
                                                  cfg.files), _print, as_json)
 
 

@@ -9,15 +9,23 @@ epoch's order. :func:`access_order` reads a scanned run's trace files once, in c
 (:func:`lotus.trace.chunks.record_chunks`, in the order of :func:`lotus.trace.load_events`), and keeps:
 
 * per loader, the rows of the ``n_epochs`` smallest epochs seen so far (a smaller epoch arriving later
-  drops the largest kept one): dataset index (int32 when it fits), batch id (int32 when it fits), the
-  file's rank and the start time, about 16-20 bytes a row, so O(``n_epochs`` x samples an epoch);
+  drops the largest kept one), a segment (one chunk's rows of one epoch) at a time: its dataset indices
+  (int32 when they fit) sorted by batch, start time, then arrival, and per batch of the segment its id,
+  row count and first and last start time (:class:`_Segment`): about 4-5 bytes a row (a batch's ~32 rows
+  share 24 bytes), so O(``n_epochs`` x samples an epoch);
 * per loader, counters: rows, the largest index, rows per epoch.
 
 The selection is that of ``access_epochs``, exactly: ``sample`` events with a known index, else ``load``
 events (a ``sample`` event seen drops what was kept of ``load`` ones); the loader with the most of them
 (ties: the smallest id); per epoch ordered by batch, rank, start time, then file order (a stable sort of
-the kept rows, which arrive in file order). Memory is bounded by the simulated epochs, not the run's
-length; time is one pass over the files. One case reads again: when the kind decides the result (an epoch
+the kept rows, which arrive in file order). An epoch is put in that order from its segments' batches
+(:func:`_ordered`): the batches' rows in order of (batch id, rank, first start, segment), which is the
+order of the rows themselves wherever the batches of one (batch id, rank) in several segments do not
+overlap in time (a batch cut by a chunk's end: the later piece starts after the earlier one ends); where
+they do (a batch's rows spread over files), that epoch is read again with every row's start time and
+sorted as a whole (:func:`_ordered_rows`): the same order in every case. Memory is bounded by the
+simulated epochs, not the run's length; time is one pass over the files. One case reads again: when the
+kind decides the result (an epoch
 is completed or generated), the first epoch's order is not mostly increasing and the kept epochs all
 repeat it, then the other epochs are read (as many as fit :data:`RECHECK_ROWS` rows a pass, stopping at
 the first that differs) to tell a repeated order from a random one.
@@ -36,7 +44,7 @@ import numpy as np
 from lotus.trace import schema as S
 
 _log = logging.getLogger("lotus.model")
-RECHECK_ROWS = 1 << 23  # rows of further epochs held at once (~16 B each) when the kind must be checked
+RECHECK_ROWS = 1 << 23  # rows of further epochs held at once (~5 B each) when the kind must be checked
 _I32 = np.iinfo(np.int32)
 
 
@@ -86,7 +94,13 @@ def access_order(run, n_epochs: int, dataset_len: int | None = None, *, loader: 
     order = sorted(t.epochs)
     kept = sorted(t.kept)
     assert kept == order[:n_epochs], (kept, order[:n_epochs])
-    epochs = [_ordered(t.kept.pop(e)) for e in kept]
+    epochs = []
+    for e in kept:
+        got = _ordered(t.kept.pop(e))
+        if got is None:  # batches of one (batch id, rank) overlap in time across segments: every row's start
+            _log.info("cache what-if: reading epoch %d again with its rows' start times to order it", e)
+            got = _reread_epoch(engine, c.sample, chosen, e)
+        epochs.append(got)
     n = max(int(dataset_len or 0), t.seen)
     kind = _kind(epochs, len(order), n, n_epochs)
     if kind == "?":
@@ -132,12 +146,79 @@ def _recheck(engine, sample: bool, loader: int, e0: np.ndarray, rest: list[int],
         c.read(engine)
         t = c.tallies[loader]
         for e in group:
-            if not np.array_equal(_ordered(t.kept.pop(e)), e0):
+            got = _ordered(t.kept.pop(e))
+            if not np.array_equal(_reread_epoch(engine, sample, loader, e) if got is None else got, e0):
                 return "random"
     return "sequential"
 
 
-def _ordered(cols: tuple[list, list, list, list]) -> np.ndarray:
+def _reread_epoch(engine, sample: bool, loader: int, epoch: int) -> np.ndarray:
+    """Epoch ``epoch`` of ``loader`` read again keeping every row's start time, ordered as a whole."""
+    c = _Collect(1, loader=loader, only={epoch}, sample=sample, rows=True)
+    c.read(engine)
+    return _ordered_rows(c.tallies[loader].kept.pop(epoch))
+
+
+class _Segment:
+    """One chunk's rows of one epoch (a file's rank): the dataset indices sorted by (batch id, start time,
+    arrival), and per batch among them (ascending ids) its id, rows, first and last start time."""
+
+    __slots__ = ("bid", "count", "first", "last", "rank", "sample")
+
+    def __init__(self, sample: np.ndarray, batch: np.ndarray, start: np.ndarray, rank: int) -> None:
+        if len(batch) > 1 and not bool(((batch[1:] > batch[:-1])
+                                         | ((batch[1:] == batch[:-1]) & (start[1:] >= start[:-1]))).all()):
+            o = np.lexsort((start, batch))  # stable: of equal (batch, start), the earlier row first
+            sample, batch, start = sample[o], batch[o], start[o]
+            del o
+        cuts = np.flatnonzero(batch[1:] != batch[:-1]) + 1
+        heads = np.r_[0, cuts]
+        ends = np.r_[cuts, len(batch)]
+        self.sample, self.rank = sample, rank
+        self.bid = batch[heads]
+        self.count = (ends - heads).astype(np.int32)
+        self.first, self.last = start[heads], start[ends - 1]
+
+
+def _ordered(segments: list) -> np.ndarray | None:
+    """An epoch's dataset indices by batch, rank, start time, then arrival (stable) from its kept
+    :class:`_Segment` s (emptied once joined); None where two segments' rows of one (batch id, rank) overlap
+    in time (then only every row's start time orders them: :func:`_reread_epoch`)."""
+    if not segments:
+        return np.zeros(0, np.int64)
+    k = len(segments)
+    sizes = np.array([len(g.bid) for g in segments], np.int64)
+    bid = np.concatenate([g.bid.astype(np.int64, copy=False) for g in segments])
+    rank = np.repeat(np.array([g.rank for g in segments], np.int64), sizes)
+    seg = np.repeat(np.arange(k, dtype=np.int64), sizes)
+    first = np.concatenate([g.first for g in segments])
+    last = np.concatenate([g.last for g in segments])
+    count = np.concatenate([g.count for g in segments]).astype(np.int64)
+    off = np.cumsum(count) - count  # of each batch's rows among the segments' rows, joined in arrival order
+    o = np.lexsort((seg, first, rank, bid))
+    bid, rank, seg, first, last, count, off = bid[o], rank[o], seg[o], first[o], last[o], count[o], off[o]
+    del o
+    same = (bid[1:] == bid[:-1]) & (rank[1:] == rank[:-1])
+    if same.any():  # a later piece of a (batch, rank) must start after the earlier ends (equal: later segment)
+        after = (first[1:] > last[:-1]) | ((first[1:] == last[:-1]) & (seg[1:] > seg[:-1]))
+        if not bool(after[same].all()):
+            return None
+    del bid, rank, seg, first, last, same
+    sample = np.concatenate([g.sample for g in segments])
+    segments.clear()
+    out = np.empty(len(sample), sample.dtype)
+    pos = 0
+    step = 1 << 16  # batches copied at once: the index's temporaries stay small
+    for a in range(0, len(count), step):
+        c, f = count[a: a + step], off[a: a + step]
+        n = int(c.sum())
+        idx = np.repeat(f - (np.cumsum(c) - c), c) + np.arange(n)
+        out[pos: pos + n] = sample[idx]
+        pos += n
+    return out  # int32 where the indices fit (the simulation reads it as is), else int64
+
+
+def _ordered_rows(cols: tuple[list, list, list, list]) -> np.ndarray:
     """An epoch's dataset indices by batch, rank, start time, then arrival (stable). ``cols``: the kept
     segments' samples, batch ids, start times and (rows, rank), each list emptied once joined."""
     if not cols[0]:
@@ -166,8 +247,8 @@ def _narrow(a: np.ndarray) -> np.ndarray:
 
 
 class _Tally:
-    """One loader's counters and kept epochs (epoch -> segments' columns: sample, batch_id, start_ns, and
-    (rows, rank) of each segment: a file's rank, no array)."""
+    """One loader's counters and kept epochs (epoch -> its :class:`_Segment` s; of a :class:`_Collect` with
+    ``rows``: the segments' columns sample, batch_id, start_ns, and (rows, rank) of each segment)."""
 
     __slots__ = ("epochs", "kept", "rows", "seen")
 
@@ -181,8 +262,9 @@ class _Collect:
     """One pass over a scanned run's files: the tallies of the selected events (module doc)."""
 
     def __init__(self, n_keep: int, *, loader: int | None = None, only: set[int] | None = None,
-                 sample: bool = False) -> None:
+                 sample: bool = False, rows: bool = False) -> None:
         self.n_keep, self.loader, self.only = n_keep, loader, only
+        self.rows = rows  # keep every row's columns (start time included), not segments (_reread_epoch)
         self.sample = sample  # True once a sample event with an index is seen: load events no longer count
         self.fixed = only is not None  # a re-read: the kind of event is known
         self.tallies: dict[int, _Tally] = {}
@@ -244,12 +326,16 @@ class _Collect:
                 if epoch > top:
                     return
                 del t.kept[top]  # a smaller epoch came: the largest kept one is not simulated
-            t.kept[epoch] = ([], [], [], [])
-        cols = t.kept[epoch]
-        cols[0].append(_narrow(smp))
-        cols[1].append(_narrow(arr["batch_id"][m]))
-        cols[2].append(arr["start_ns"][m] + fs.shift)
-        cols[3].append((len(m), int(fs.consts["rank"])))
+            t.kept[epoch] = ([], [], [], []) if self.rows else []
+        if self.rows:
+            cols = t.kept[epoch]
+            cols[0].append(_narrow(smp))
+            cols[1].append(_narrow(arr["batch_id"][m]))
+            cols[2].append(arr["start_ns"][m] + fs.shift)
+            cols[3].append((len(m), int(fs.consts["rank"])))
+            return
+        t.kept[epoch].append(_Segment(_narrow(smp), _narrow(arr["batch_id"][m]), arr["start_ns"][m] + fs.shift,
+                                      int(fs.consts["rank"])))
 
     def chosen(self) -> int | None:
         """The loader simulated: the one asked, else the one with the most rows (ties: the smallest id)."""

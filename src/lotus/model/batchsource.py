@@ -108,11 +108,14 @@ class Batches:
     keep: np.ndarray | None = None
     whole: object = None  # every batch of the run (a caller's run): the measured rate's
 
+    def __post_init__(self) -> None:
+        self.all = self.keep is None or bool(self.keep.all())  # every row of the table kept: no mask to apply
+
     def cols(self, names: list[str]):
         """These columns of the batches, a DataFrame indexed from 0 (module doc)."""
         if self.table is None:  # a caller's frame: the columns it has (a measure reads those it needs)
             return self.frame[[c for c in names if c in self.frame]]
-        return _rows(self.table.frame(list(names)), self.keep).reset_index(drop=True)
+        return self.table.frame(list(names), rows=None if self.all else self.keep)
 
     def has(self, name: str) -> bool:
         from lotus.query import BATCH_COLUMNS
@@ -132,7 +135,7 @@ class Batches:
                 & (t["loader"].to_numpy() == self.loader))
         del t
         cols = [c for c in names if c not in ("failed", "prep_dur_ns")]  # all ok, none replayed-only asked
-        return _rows(self.table.frame(cols), keep).reset_index(drop=True)
+        return self.table.frame(cols, rows=None if keep.all() else keep)
 
 
 def select(run: RunTrace, name: str) -> Batches:

@@ -257,6 +257,13 @@ def _observed(run: RunTrace) -> Observation:
     return replace(cached, summary=replace(cached.summary))
 
 
+def forget_observation(run) -> None:
+    """Drop the observation :func:`fit` keeps with ``run`` (for refits of the same run): a caller that fits
+    it once frees the per-batch arrays the model does not hold."""
+    if isinstance(run, RunTrace):
+        run.__dict__.pop("_observation", None)
+
+
 def _epochs(obs: list[Observation], traced_bs: int) -> tuple[int | None, float | None, float | None, float]:
     """Batches per epoch at ``traced_bs`` (the runs' samples per epoch); an epoch's restart gap (ms) without
     workers and per worker (torch starts a fresh set of worker processes one after the other each epoch
@@ -366,4 +373,4 @@ def _reread(obs: list[Observation]) -> tuple[float, float] | None:
     return (first, re) if first > REREAD_RATIO * re else None
 
 
-__all__ = ["as_run", "fit", "load_run"]
+__all__ = ["as_run", "fit", "forget_observation", "load_run"]

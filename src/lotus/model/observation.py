@@ -146,8 +146,8 @@ def observe(run: RunTrace) -> Observation:
 
         d = detail_of_scan(op_engine(ev), keys, loader, dataset_len=measures.int_or_none(desc.get("dataset_len")))
     del keys, ev
-    items, load, reduced = _items(d, src, n, prep, have, missing)
     op_ns, dispatch_ns, first_reads, reread = d.op_ns, d.dispatch_ns, d.first_reads, d.reread
+    items, load, reduced = _items(d, src, n, prep, have, missing)  # d's sums freed as they are used
     del d
     collate, other = reduced
     sample_ms = float(np.nansum(items[have]) / np.sum(n[have]) / 1e6) if have.any() else None
@@ -201,10 +201,18 @@ def _loop_runq(src, have) -> np.ndarray | None:
     return _take(np.where(np.isfinite(r) & (r > 0), r, 0.0), have)
 
 
+def _sums_of(d) -> list:
+    """``d``'s per-batch sums and counts (sample sum and count, load sum and count, transform sum), taken out of
+    it (its fields set to None), so that each is freed once :func:`_items` has used it."""
+    out = [d.sample_sum, d.sample_count, d.load_sum, d.load_count, d.transform_sum]
+    d.sample_sum = d.sample_count = d.load_sum = d.load_count = d.transform_sum = None
+    return out
+
+
 def _items(d, src, n, prep, have, missing):
-    """(items, load, (collate, other)) per batch (ns) from the per-sample sums of ``d`` and the batches'
-    detail flags and collation; notes what is missing."""
-    s_sum, s_cnt, l_sum, _l_cnt, t_sum = d.sample_sum, d.sample_count, d.load_sum, d.load_count, d.transform_sum
+    """(items, load, (collate, other)) per batch (ns) from the per-sample sums of ``d`` (taken out of it:
+    :func:`_sums_of`) and the batches' detail flags and collation; notes what is missing."""
+    s_sum, s_cnt, l_sum, _l_cnt, t_sum = _sums_of(d)
     zeros = np.zeros(len(prep))
     load = l_sum if l_sum is not None else zeros
     if l_sum is not None and src.has("detail"):
@@ -226,8 +234,18 @@ def _items(d, src, n, prep, have, missing):
     # a batch's items never take longer than its fetch less its collation: where they would (a batch without
     # per-sample records, estimated at the detail batches' cost a sample, which carries their records' own
     # cost and their contention), the fetch's measured time holds and the estimate is capped to it
-    items = np.where(items > 0, np.minimum(items, np.maximum(prep_f - collate, 0)), np.maximum(prep_f - collate, 0))
-    other = np.maximum(prep_f - items - collate, 0)
+    # (the same operations as items = where(items > 0, minimum(items, maximum(prep_f - collate, 0)), maximum(
+    # prep_f - collate, 0)); other = maximum(prep_f - items - collate, 0), each temporary made once)
+    room = prep_f - collate
+    np.maximum(room, 0, out=room)
+    pos = items > 0
+    np.minimum(items, room, out=items)
+    np.copyto(items, room, where=~pos)
+    del room, pos
+    other = prep_f - items
+    del prep_f
+    other -= collate
+    np.maximum(other, 0, out=other)
     return items, load, (collate, other)
 
 

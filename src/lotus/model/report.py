@@ -40,7 +40,7 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
     machine (:mod:`lotus.profile.shmprobe`; ``shm_probe=False``: not)."""
     from lotus.model.accessorder import access_order
     from lotus.model.cache import DEFAULT_FRACTIONS, steady_hit_rates
-    from lotus.model.fitting import fit, load_run
+    from lotus.model.fitting import fit, forget_observation, load_run
     from lotus.model.observation import MODEL_COLUMNS
     from lotus.model.tables import (
         GB,
@@ -51,6 +51,7 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
         hit_rate_at,
         prediction_table,
     )
+    from lotus.trace.original import release_freed_memory
 
     run = load_run(data_dir, columns=MODEL_COLUMNS)  # the batches' columns the fit reads (a scanned run)
     runs = [run] + ([load_run(cold_dir, cache_state="cold", columns=MODEL_COLUMNS)] if cold_dir is not None else [])
@@ -68,7 +69,20 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
                    "bytes_per_sample": float(dataset_bytes) / n_samples if n_samples else None}
     bps = dataset["bytes_per_sample"] if dataset else None
     io = io_mb_s * 1e6 if io_mb_s else None
+    per_epoch = None
+    if dataset is not None:
+        # the cache what-if's hit rates need no model: simulated first, so that its access order and simulation
+        # (O(dataset)) are freed before the fit's per-batch arrays (O(batches)) are made: the peak is the larger
+        # of the two, not their sum (the same numbers: the simulation's seed is fixed)
+        extra = [min(g * GB / dataset["dataset_bytes"], 1.0) for g in (cache_gb or [])]
+        order = access_order(run, epochs, n_samples)  # the simulated epochs' orders only (flat in the run's length)
+        per_epoch = cache_hits(order, n_samples, fractions=sorted({*DEFAULT_FRACTIONS, *extra}), n_epochs=epochs)
+        del order
+        release_freed_memory()
     model = fit(runs, main_cpu_cores=main_cpu_cores, io_bytes_per_s=io, bytes_per_sample=bps)
+    for r in runs:  # fitted once: the observations' per-batch arrays the model does not share are freed
+        forget_observation(r)
+    release_freed_memory()
     t = model.traced
     traced = model.predict(t.num_workers, t.cpus)
     if traced.samples_per_s is None:
@@ -90,16 +104,12 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
 
         price(model, batch_size)
     cpus = [float(c) for c in cpus] if cpus else grid_c
-    cache_rows, steady, per_epoch = None, None, None
+    cache_rows, steady = None, None
     if dataset is None:
         if cache_gb:
             notes.append("cache predictions skipped: the dataset's size is unknown (--dataset-bytes or --data)")
     else:
         total = dataset["dataset_bytes"]
-        extra = [min(g * GB / total, 1.0) for g in (cache_gb or [])]
-        fractions = sorted({*DEFAULT_FRACTIONS, *extra})
-        order = access_order(run, epochs, n_samples)  # the simulated epochs' orders only (flat in the run's length)
-        per_epoch = cache_hits(order, n_samples, fractions=fractions, n_epochs=epochs)
         if per_epoch is None:
             notes.append("cache what-if skipped: the trace records no sample indices (original LotusTrace logs)")
         else:

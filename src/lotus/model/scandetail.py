@@ -17,14 +17,14 @@ computes them with what :func:`lotus.model.detail.detail_of_events` gives on the
   numpy's, bit for bit (:mod:`lotus.model.streams`); dispatch durations: an array (one per batch);
 * first reads: per sample id, the earliest load (start time; ties: the earlier event in file order, as
   the stable sort of :func:`lotus.model.measures.rereads`), kept in dense arrays indexed by sample id
-  (24 bytes an id: bounded by the dataset, not the trace) or, for ids too sparse for that (past
-  :data:`DENSE_SLOTS` and 4 per load seen), in sorted arrays merged a chunk at a time. The means of
-  first reads and re-reads are integer sums divided by counts: numpy's ``mean`` of those durations
-  while their total stays below 2**53 ns (104 days of load time), as every partial sum is then exact.
+  (16 bytes an id, 20 once a load took 2.1 s or more: bounded by the dataset, not the trace) or, for ids
+  too sparse for that (past :data:`DENSE_SLOTS` and 4 per load seen), in sorted arrays merged a chunk at
+  a time. The means of first reads and re-reads are integer sums divided by counts: numpy's ``mean`` of
+  those durations while their total stays below 2**53 ns (104 days of load time), as every partial sum is then exact.
 
 Memory: O(batches) (sums, int32 counts, the key lookup -- no permutation where the keys come in order, as
 a scanned run's do -- and the dispatches: ~50 bytes a batch; the model's own per-batch arrays are of that
-order) plus O(dataset) for the first reads (20 bytes an id, allocated once at the loader's dataset length
+order) plus O(dataset) for the first reads (16-20 bytes an id, allocated once at the loader's dataset length
 where it is known), plus one chunk of records and a slice's temporaries; nothing per event (the op streams
 spill to disk past 512k values each).
 """
@@ -44,6 +44,7 @@ _log = logging.getLogger("lotus.model")
 DENSE_SLOTS = 1 << 24  # sample ids below this are kept in dense arrays (more if the loads seen are many)
 SLICE_ROWS = 1 << 17  # records of a chunk handled at once
 _NONE = np.iinfo(np.int64).max
+_I32_MAX = int(np.iinfo(np.int32).max)
 _SUMMED = {S.EV_SAMPLE: "sample", S.EV_LOAD: "load", S.EV_TRANSFORM: "transform"}
 
 
@@ -55,7 +56,7 @@ class FirstReads:
         self.slots = slots  # the dataset's length if known: the dense arrays' size, allocated once
         self.start = np.zeros(0, np.int64)
         self.row = np.zeros(0, np.int32 if rows < 2**31 else np.int64)
-        self.dur = np.zeros(0, np.int64)
+        self.dur = np.zeros(0, np.int32)  # int32 while every duration fits (2.1 s), then int64
         self.count = 0  # loads of a known sample (id >= 0)
         self.total = 0  # their summed duration (ns)
 
@@ -67,6 +68,8 @@ class FirstReads:
         s = sample[o]
         o = o[np.r_[True, s[1:] != s[:-1]]]
         sample, start, row, dur = sample[o], start[o], row[o], dur[o]
+        if self.dur.dtype == np.int32 and len(dur) and not -_I32_MAX <= int(dur.min()) <= int(dur.max()) <= _I32_MAX:
+            self.dur = self.dur.astype(np.int64)
         if self.ids is None:
             top = int(sample[-1]) + 1
             if top > len(self.start):
@@ -106,16 +109,19 @@ class FirstReads:
         """(first reads per batch row, (mean first read, mean re-read (ns), their counts) or None)."""
         # the slots of ids never loaded hold row 0 and duration 0: counted in row 0 then taken out, summed as 0
         # (no index array of the loaded ids: the dataset's size, 8 bytes an id, at the peak of the fit)
+        # (the start times and durations are reduced and dropped before the per-batch counts are made)
         unseen = 0 if self.ids is not None else int((self.start == _NONE).sum())
+        n_first = len(self.start) - unseen
+        first_sum = int(self.dur.sum())
+        self.start, self.dur, self.ids = np.zeros(0, np.int64), np.zeros(0, np.int32), None
         first = np.bincount(self.row, minlength=nb)
+        self.row = np.zeros(0, self.row.dtype)
         if unseen:
             first[0] -= unseen
         first = first.astype(np.float64)
-        n_first = len(self.start) - unseen
         n_re = self.count - n_first
         if self.count == 0 or n_re == 0:
             return first, None
-        first_sum = int(self.dur.sum())
         return first, (float(np.float64(first_sum) / n_first), float(np.float64(self.total - first_sum) / n_re),
                        n_first, n_re)
 
