@@ -206,11 +206,11 @@ def test_the_report_a_rank_at_a_time_is_the_report(slow_input, slow_step, engine
     pieces of a few rows cut at the ranks' rows): each part is those rows of the whole DataFrame, and the
     report is the same as from the whole DataFrame."""
     from lotus.analysis.ranks import RANK_BATCH_COLUMNS
-    from lotus.query import batchtable
+    from lotus.query import batchtable, rankframes
 
     monkeypatch.setattr(batchtable, "FRAME_ROWS", 7)  # every table is "large": the rank-at-a-time path
     for path, per in ((slow_input, 1), (slow_step, 170)):  # a rank a part / two ranks a part
-        monkeypatch.setattr(batchtable, "RANK_ROWS", per)
+        monkeypatch.setattr(rankframes, "RANK_ROWS", per)
         cfg = load_config(path, engine=engine)
         got = cfg.batches_by_rank(RANK_BATCH_COLUMNS)  # the DataFrame itself where it is one part
         assert isinstance(got, pd.DataFrame) == (engine == "memory")

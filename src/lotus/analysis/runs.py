@@ -120,19 +120,23 @@ class Config:
     def batches_by_rank(self, columns: list[str]):
         """:meth:`batches_of` in parts of whole ranks (rank order; each part's rows in the order of the whole,
         indexed from 0), an iterator: a scanned run's made from its table a few ranks at a time
-        (:meth:`lotus.query.batchtable.BatchTable.rank_frames`: one part's DataFrame in memory at once);
+        (:func:`lotus.query.rank_frames`: one part's DataFrame in memory at once);
         where that is one part (a small table, the ranks' rows within one part) or there is no table, the
         DataFrame of :meth:`batches_of` itself."""
+        from lotus.query import rank_parts
+
         t = self.table
         if t is not None and not t.partial and self.__dict__.get("_batches") is None:
-            parts = t.rank_parts()
+            parts = rank_parts(t)
             if parts is not None and len(parts) > 1:
                 return self._rank_parts(t, columns)
         return self.batches_of(columns)
 
     @staticmethod
     def _rank_parts(table, columns: list[str]):
-        for _ranks, part in table.rank_frames(columns):
+        from lotus.query import rank_frames
+
+        for _ranks, part in rank_frames(table, columns):
             yield part
             del part  # not held while the next part is made
 

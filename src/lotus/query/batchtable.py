@@ -32,7 +32,6 @@ _I32_MIN, _I64_MIN = int(np.iinfo(np.int32).min), int(np.iinfo(np.int64).min)
 _KEY = ("rank", "loader", "epoch", "batch_id")
 ROWS = 1 << 19  # rows of a view (views(): the summaries read the table this many rows at a time)
 FRAME_ROWS = 1 << 16  # rows of a piece of frame() (its temporaries are a piece's, not the whole frame's)
-RANK_ROWS = 1 << 19  # rows of a part of rank_frames() (whole ranks: more where one rank has more)
 _BATCH_ROW_COLUMNS = ("_fetch_flags", "consumed_ns", "_arrive_flags", "_exhausted_worker", "dispatch_worker",
                       "dispatch_ns")
 
@@ -305,43 +304,6 @@ class BatchTable:
         del cols
         return batches_from_joined(joined, self.attrs, only_batches=False, warn_clocks=False, any_flagged=any_flagged)
 
-    def rank_parts(self, rows: int | None = None) -> list[tuple[list[int], int]] | None:
-        """The parts of :meth:`rank_frames`: (ranks, end row) of each; None for the one frame."""
-        if self.partial or not self.any_keys or len(self) <= FRAME_ROWS:
-            return None
-        budget = RANK_ROWS if rows is None else rows
-        rank = self.keys[:, 0]
-        ends = np.cumsum(self.counts)
-        cut = np.r_[np.flatnonzero(rank[1:] != rank[:-1]), len(rank) - 1]  # each rank's last group
-        parts: list[tuple[list[int], int]] = []
-        for g in cut.tolist():
-            r, hi = int(rank[g]), int(ends[g])
-            if parts and hi - (parts[-2][1] if len(parts) > 1 else 0) <= budget:  # the last part with this rank
-                parts[-1] = ([*parts[-1][0], r], hi)
-            else:
-                parts.append(([r], hi))
-        return parts
-
-    def rank_frames(self, columns: list[str] | None = None, rows: int | None = None):
-        """:meth:`frame` a few ranks at a time: ``(ranks, their rows of frame(columns))`` in rank order, each a
-        DataFrame of the same columns, dtypes, values and ``attrs`` as those rows (indexed from 0), of whole
-        ranks, as many consecutive ones as fit ``rows`` (:data:`RANK_ROWS`; one at least), assembled from
-        :meth:`frames` pieces cut at the ranks' rows (the table is sorted by rank first), so that a consumer
-        holds those ranks' rows, never the whole frame's. A table of :data:`FRAME_ROWS` rows or fewer (or a
-        partial one): the one frame, its ranks None."""
-        parts = self.rank_parts(rows)
-        if parts is None:
-            yield None, self.frame(columns)
-            return
-        counts = columns is None or "n_samples" in columns
-        pieces = self.frames(FRAME_ROWS, counts=counts, bounds=[e for _, e in parts])
-        lo = 0  # the part's first row
-        for ranks, hi in parts:
-            if hi > lo:  # its pieces are read as they are copied in (none is held after)
-                yield ranks, _assemble(_rows_of(pieces, hi - lo), hi - lo, columns)
-            lo = hi
-        assert next(pieces, None) is None
-
     def frames(self, rows: int | None = None, *, counts: bool = True, bounds: list[int] | None = None):
         """The batches DataFrame (:meth:`frame`) in pieces of ``rows`` (:data:`ROWS`) rows, in order: each
         piece holds the same columns, dtypes, values and ``attrs`` as those rows of :meth:`frame` (its index
@@ -389,17 +351,6 @@ class BatchTable:
                 v, ok = _raw(self.raw[c])
                 n |= ok & (v > 0) if c != "_n_load" else ok
         return ~n
-
-
-def _rows_of(pieces, n: int):
-    """The next pieces of the iterator ``pieces`` that hold ``n`` rows in all (they end at the ``n``-th)."""
-    got = 0
-    while got < n:
-        piece = next(pieces)
-        got += len(piece)
-        yield piece
-        del piece
-    assert got == n, (got, n)
 
 
 def _assemble(pieces, n: int, columns: list[str] | None = None, rows: np.ndarray | None = None):
