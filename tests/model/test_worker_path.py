@@ -11,12 +11,14 @@ import pytest
 from lotus.profile import shmprobe
 
 
-def test_the_probe_prices_shared_memory_on_this_machine():
+def test_the_probe_prices_shared_memory_on_this_machine(monkeypatch):
     c = shmprobe.measure(8 << 20, repeats=2)
     assert c is not None and c.nbytes == 8 << 20
     assert c.shared_ms > 0 and c.private_ms > 0 and c.touch_ms > 0
     assert c.write_ns_per_byte >= 0 and 0 < c.touch_ns_per_byte < 100  # ns a byte: a page fault is ~1 us / 4 kB
-    assert shmprobe.measure(10 << 30, repeats=1).nbytes == shmprobe.MAX_BYTES  # capped, priced per byte
+    assert c.write_ns_per_byte == pytest.approx(max(c.shared_ms - c.private_ms, 0) * 1e6 / (8 << 20))
+    monkeypatch.setattr(shmprobe, "MAX_BYTES", 1 << 20)
+    assert shmprobe.measure(10 << 30, repeats=1).nbytes == 1 << 20  # capped: the cost is priced per byte
 
 
 def test_without_shared_memory_the_probe_says_none(monkeypatch):
