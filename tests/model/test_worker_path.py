@@ -117,3 +117,12 @@ def test_the_commands_price_it_only_from_runs_without_workers(nw0_model):
     no_bytes.traced = copy.copy(nw0_model.traced)
     no_bytes.traced.batch_bytes = None  # a trace of format < 6
     assert not price(no_bytes)
+
+
+def test_the_probe_stays_within_the_room_of_dev_shm(monkeypatch):
+    """A container's /dev/shm may hold 64 MB: writing past it is a SIGBUS, not an error; the probe measures at
+    most half the room and none without it."""
+    monkeypatch.setattr(shmprobe, "_shm_room", lambda: 4 << 20)
+    assert shmprobe.measure(77 << 20, repeats=1).nbytes == 2 << 20
+    monkeypatch.setattr(shmprobe, "_shm_room", lambda: 0)
+    assert shmprobe.measure(77 << 20, repeats=1) is None

@@ -24,6 +24,18 @@ _log = logging.getLogger("lotus.profile")
 
 MAX_BYTES = 512 << 20  # larger batches are measured at this size (the cost is per byte)
 PAGE = 4096
+SHM_DIR = "/dev/shm"
+
+
+def _shm_room() -> int:
+    """Bytes free in the shared-memory file system (a container's may hold 64 MB); 0 where there is none."""
+    import os
+
+    try:
+        st = os.statvfs(SHM_DIR)
+    except (OSError, AttributeError):
+        return 0
+    return st.f_bavail * st.f_frsize
 
 
 @dataclass(frozen=True)
@@ -45,14 +57,17 @@ class ShmCost:
 
 
 def measure(nbytes: int, repeats: int = 5) -> ShmCost | None:
-    """The costs of ``nbytes`` (at most :data:`MAX_BYTES`) on this machine, the least of ``repeats`` each (what
-    other work on the machine adds is not the cost); None where shared memory cannot be made (no /dev/shm,
-    too little of it)."""
+    """The costs of ``nbytes`` (at most :data:`MAX_BYTES` and half the room left in /dev/shm: the cost is per
+    byte) on this machine, the least of ``repeats`` each (what other work on the machine adds is not the cost);
+    None where shared memory cannot be made (no /dev/shm, too little of it)."""
     from multiprocessing import shared_memory
 
     import numpy as np
 
-    n = int(min(max(nbytes, PAGE), MAX_BYTES))
+    n = int(min(max(nbytes, PAGE), MAX_BYTES, _shm_room() // 2))  # a write past /dev/shm's room is a SIGBUS
+    if n < PAGE:
+        _log.warning("shared memory probe skipped: too little room in %s", SHM_DIR)
+        return None
     private, shared, touch = [], [], []
     try:
         for _ in range(repeats):
