@@ -49,12 +49,11 @@ def test_the_engine_keeps_the_traced_latency_at_the_traced_rate(truth_model):
 
 
 def test_the_busy_share_is_the_hand_offs_followed_by_more_work():
-    assert busy_share(4, None, None) == 1.0  # no epochs seen: every hand-off has a next batch behind it
-    assert busy_share(4, None, 16) == pytest.approx(0.75)  # each worker's 4th batch of 16 is its last
-    assert busy_share(8, None, 16) == pytest.approx(0.5)
-    assert busy_share(8, 0.5, 16) == pytest.approx(0.25)  # workers half idle
-    assert busy_share(16, None, 16) == busy_share(32, 1.0, 16) == MIN_BUSY_SHARE  # one batch each: floored
-    assert busy_share(2, 7.0, 16) == pytest.approx(0.875)  # a share above 1 is 1
+    assert busy_share(4, None) == 1.0  # no epochs seen: every hand-off has a next batch behind it
+    assert busy_share(4, 16) == pytest.approx(0.75)  # each worker's 4th batch of 16 is its last
+    assert busy_share(8, 16) == pytest.approx(0.5)
+    assert busy_share(2, 16) == pytest.approx(0.875)
+    assert busy_share(16, 16) == busy_share(32, 16) == MIN_BUSY_SHARE  # one batch each (or none): floored
 
 
 def _obs(nw, samples_per_s, bs, main_cpu_cores, step_ms, arrive_ms, epoch_batches, gap_ms):
@@ -88,8 +87,8 @@ def test_two_traces_of_one_job_agree_on_a_busy_workers_hand_off():
     assert main4 < 1 and main8 < 1  # the main process's CPU a batch is the step's and the forks'
     assert busy8 == pytest.approx(busy4, rel=0.1)
     total8 = service_ns(SHORT8[5] * 1e6, SHORT8[1] / SHORT8[2]) / 1e6
-    assert main4 + busy4 * busy_share(8, None, 16) == pytest.approx(total8, rel=0.1)
-    assert main4 + busy4 * busy_share(4, None, 16) > 1.5 * total8
+    assert main4 + busy4 * busy_share(8, 16) == pytest.approx(total8, rel=0.1)
+    assert main4 + busy4 * busy_share(4, 16) > 1.5 * total8
 
 
 def test_a_main_process_at_its_limit_keeps_its_service_as_a_queue():
@@ -100,7 +99,7 @@ def test_a_main_process_at_its_limit_keeps_its_service_as_a_queue():
     main, busy = _handoff_service_ms([_obs(*DECODE16)])
     total = service_ns(DECODE16[5] * 1e6, DECODE16[1] / DECODE16[2]) / 1e6
     assert main == pytest.approx(0.893 * 1e3 / (2314.2 / 128) - 23.55 - 16.4 / 64, rel=1e-6)
-    assert main > 0.45 * total and main + busy * busy_share(16, None, 64) == pytest.approx(total, rel=1e-6)
+    assert main > 0.45 * total and main + busy * busy_share(16, 64) == pytest.approx(total, rel=1e-6)
 
 
 def test_without_the_main_processs_cpu_the_whole_service_stays():

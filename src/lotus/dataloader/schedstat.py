@@ -16,6 +16,7 @@ The descriptor stays bound to the thread that opened it: open it in the thread t
 from __future__ import annotations
 
 import os
+from threading import get_ident
 
 PATH = "/proc/thread-self/schedstat"
 IO_PATH = "/proc/thread-self/io"
@@ -102,18 +103,14 @@ class FetchMeter:
     __slots__ = ("io", "io_last", "q0", "sched", "thread")
 
     def __init__(self) -> None:
-        import threading
-
-        self.thread = threading.get_ident()
+        self.thread = get_ident()
         self.sched = ThreadSched()
         self.io = ThreadIO()
         self.io_last = self.io.read()
         self.q0 = None
 
     def start(self) -> None:
-        import threading
-
-        self.q0 = self.sched.read() if threading.get_ident() == self.thread else None
+        self.q0 = self.sched.read() if get_ident() == self.thread else None
 
     def record(self, rec, kind: int, start_ns: int, batch: int) -> None:
         """Write the ``runq`` record (``kind``) of the fetch of ``batch`` that began at ``start_ns``."""

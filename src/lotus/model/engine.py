@@ -83,7 +83,8 @@ def _prep_ns(model, bs: int, hit: float | None, rng, n: int, nw: int):
         collate = m.collate_ns[idx[:, 0]] * (bs / m.n[idx[:, 0]])
     else:
         collate = np.full(n, (model.collate_ms_per_batch + model.collate_ms_per_sample * bs) * 1e6)
-    prep = items + collate + m.other_ns[idx[:, 0]] + model.worker_path_ns(nw, bs)[0]
+    write = model.worker_path_ns(nw, bs)[0]  # a worker's collation into shared memory (a num_workers=0 trace)
+    prep = items + collate + m.other_ns[idx[:, 0]] + write
     if nw > 0 and m.loop_runq_ns is not None and model.without_workers:
         # the loop thread waited for a CPU (the main process's own threads: intra-op pools, the step's); a
         # worker's thread, alone in its process (torch sets it one intra-op thread), does not meet them
@@ -96,8 +97,7 @@ def _prep_ns(model, bs: int, hit: float | None, rng, n: int, nw: int):
     parts = {name: d.mean_ms for name, d in model.op_ms.items() if name != "collate" and d.mean_ms}
     if "load" in parts and hit is not None and model.warm_load_ms is not None and model.base_state == "warm":
         parts["load"] = model.warm_load_ms
-    parts["collate"] = model.collate_ms_per_sample + (model.collate_ms_per_batch + model.worker_path_ns(nw, bs)[0]
-                                                      / 1e6) / bs
+    parts["collate"] = model.collate_ms_per_sample + (model.collate_ms_per_batch + write / 1e6) / bs
     return np.maximum(prep, 0), parts, cold_part
 
 
@@ -176,7 +176,7 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
         from lotus.model.handoff import busy_share, wait_ns
 
         per_epoch = model.epoch_batches * model.traced.batch_size / bs if model.epoch_batches else None
-        share = busy_share(nw, None, per_epoch)
+        share = busy_share(nw, per_epoch)
         here = service + per_busy * share
         # the latency a rate gives falls as the latency rises (a slower pipeline, fewer batches a second): one
         # fixed point, bracketed between none and the queue's cap and bisected from the traced latency

@@ -227,7 +227,7 @@ def _handoff_service_ms(obs: list[Observation]) -> tuple[float | None, float]:
                 o.epoch_gap_ns.size else 0.0
             main = min(max(s.main_cpu_cores * 1e9 / per_s - step - restart, 0.0), got)
         fixed.append(main)
-        busy.append((got - main) / busy_share(s.num_workers, None, o.epoch_batches))
+        busy.append((got - main) / busy_share(s.num_workers, o.epoch_batches))
     if not fixed:
         return None, 0.0
     return float(np.median(fixed)) / 1e6, float(np.median(busy)) / 1e6

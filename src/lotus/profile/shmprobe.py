@@ -4,8 +4,9 @@ With workers, torch's collation in a worker allocates the batch's tensors in sha
 can map them) and writes them there; the main process then touches those pages for the first time when its
 pin-memory thread or the loop reads the batch. A num_workers=0 trace measured neither: its collation wrote into
 private memory. Measured on this 2-core VM (a batch of 128 3x224x224 floats, 77 MB, torch's own DataLoader):
-the collation took 52.8 ms in the main process and 101.1 ms in a worker (+48 ms); this probe's estimate for
-the same bytes, +45 ms (shared 51.0 ms against private 6.0 ms), and 8.6 ms for the main process's first touch.
+the collation took 15.6 ms in the main process and 60.6 ms in a worker (+45 ms); this probe's estimate for
+the same bytes, +41 ms (shared 46.1 ms against private 5.1 ms), and 7.2 ms for the main process's first touch
+(``python benchmarks/shm_collate.py``).
 On the GPU host the traced collation was 14 ms without workers and 62-65 ms in workers.
 
 :func:`measure` writes ``nbytes`` into fresh private memory, into fresh shared memory
