@@ -54,7 +54,26 @@ def cross(c: Corpus, shape: str, traced: list[int], workers: list[int]) -> dict:
             truth = t and t["samples_per_s"]
             out["predictions"].append({"from": tw, "to": p["num_workers"], "lotus": p["samples_per_s"],
                                        "truth": truth, "error": p["samples_per_s"] / truth - 1 if truth else None})
+    runs = [c.work / f"traced-{shape}-w{tw}" for tw in sorted(out["traced"], key=int)]
+    if len(runs) >= 2:  # one model of every trace (lotus whatif -d A -d B): the counts none of them ran at
+        pts = [w for w in workers if w not in out["traced"]]
+        if pts:
+            args = [x for r in runs for x in ("-d", str(r))]
+            pred, _, err = c.lotus(["whatif", *args, "--workers", ",".join(map(str, pts)), "--cpus", str(cpus),
+                                    "--json"], c.work / f"whatif-{shape}-joint")
+            out["predictions"] += _joint(pred, out["truth"], sorted(out["traced"], key=int)) if pred else []
     return out
+
+
+def _joint(pred: dict, truths: dict, traced: list) -> list[dict]:
+    name = "+".join(str(t) for t in traced)
+    rows = []
+    for p in pred["predictions"]:
+        t = truths.get(p["num_workers"]) or truths.get(str(p["num_workers"])) or {}
+        truth = t.get("samples_per_s")
+        rows.append({"from": name, "to": p["num_workers"], "lotus": p["samples_per_s"], "truth": truth,
+                     "error": p["samples_per_s"] / truth - 1 if truth else None})
+    return rows
 
 
 def rescore(work: Path) -> list[dict]:
@@ -76,6 +95,14 @@ def rescore(work: Path) -> list[dict]:
                 truth = (d["truth"].get(str(q["num_workers"])) or {}).get("samples_per_s")
                 d["predictions"].append({"from": int(tw), "to": q["num_workers"], "lotus": q["samples_per_s"],
                                          "truth": truth, "error": q["samples_per_s"] / truth - 1 if truth else None})
+        runs = [work / f"traced-{d['shape']}-w{tw}" for tw in sorted(d["traced"], key=int)]
+        pts = [int(w) for w in d["truth"] if str(w) not in {str(t) for t in d["traced"]}]
+        if len(runs) >= 2 and pts and all(r.is_dir() for r in runs):
+            r = subprocess.run([sys.executable, "-m", "lotus", "whatif", *[x for q in runs for x in ("-d", str(q))],
+                                "--workers", ",".join(map(str, pts)), "--cpus", str(d["cpus"]), "--json"],
+                               capture_output=True, text=True, check=False)
+            if r.returncode == 0:
+                d["predictions"] += _joint(json.loads(r.stdout), d["truth"], sorted(d["traced"], key=int))
         out.append(d)
     return out
 
@@ -88,7 +115,7 @@ def show(d: dict) -> str:
         return (d["truth"].get(w) or d["truth"].get(str(w)) or {}).get("samples_per_s") or 0
 
     lines.append("truth " + " ".join(f"{w}w={truth(w):,.0f}" for w in tos))
-    for tw in sorted({p["from"] for p in d["predictions"]}):
+    for tw in sorted({p["from"] for p in d["predictions"]}, key=lambda f: (isinstance(f, str), str(f).zfill(4))):
         cells = {p["to"]: p for p in d["predictions"] if p["from"] == tw}
         lines.append(f"from {tw}w: " + "  ".join(
             f"{w}w {cells[w]['lotus']:,.0f} ({100 * cells[w]['error']:+.1f}%)" if w in cells and cells[w]["error"]

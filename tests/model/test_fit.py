@@ -185,3 +185,19 @@ def test_ddp_run_is_modelled_per_rank(make_run):
     assert m.traced.ranks == 2 and m.traced.cpus == 4.0
     assert any("2 ranks" in n for n in m.notes)
     assert close(m.predict(2, 4).samples_per_s, m.traced.samples_per_s, 0.05)
+
+
+def test_runs_beyond_the_cpus_identify_the_cost_of_time_slicing(make_run):
+    """Workers time-sliced on too few CPUs do more CPU work a batch (caches refilled at every turn): runs at
+    three levels of it fit ``slicing``, and the model predicts a fourth level; one run cannot tell it."""
+    kw = dict(cpus=4, slicing=0.2, step_ms=2, n_batches=240)
+    runs = [make_run(f"s{w}", n_workers=w, seed=20 + w, **kw) for w in (6, 10, 16)]
+    far = fit(make_run("s24", n_workers=24, seed=44, **kw)).traced.samples_per_s
+    single = fit(runs[0])
+    assert single.slicing == 0.0 and single.predict(24, 4).samples_per_s > 1.5 * far  # free slicing: optimistic
+    m = fit(runs)
+    assert m.slicing == pytest.approx(0.2, abs=0.05)
+    assert close(m.predict(24, 4).samples_per_s, far, 0.08)
+    assert any("time-slicing" in n for n in m.notes)
+    within = fit([make_run(f"c{w}", n_workers=w, cpus=16, slicing=0.2, step_ms=2, seed=60 + w) for w in (2, 4, 8)])
+    assert within.slicing == 0.0  # never beyond the CPUs: nothing to fit, nothing assumed

@@ -27,7 +27,9 @@ def _list(kind):
 
 
 @click.command()
-@click.option("--data-dir", "-d", required=True, type=click.Path(path_type=Path), help="One traced run.")
+@click.option("--data-dir", "-d", "data_dirs", required=True, multiple=True, type=click.Path(path_type=Path),
+              help="A traced run; repeat for other runs of the same job (other workers or CPUs): one model of "
+                   "them all, each run checked by the model of the others. The first is the traced setting.")
 @click.option("--workers", callback=_list(int), help="num_workers to predict, e.g. 0,2,4,8 (default 0..2x CPUs).")
 @click.option("--cpus", callback=_list(float), help="CPU counts, e.g. 2,4,8 (default 1..the traced CPUs).")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Batch size (default: the traced one).")
@@ -50,17 +52,18 @@ def _list(kind):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--fig", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the cache figure (hit rate and samples/s vs cache size) to this file (.png, .svg).")
-def whatif(data_dir: Path, workers, cpus, batch_size, cache_gb, dataset_bytes, data, replay_s, shm_probe, epochs,
-           cold_data_dir, io_mb_s, as_json: bool, fig: Path | None) -> None:
+def whatif(data_dirs: tuple[Path, ...], workers, cpus, batch_size, cache_gb, dataset_bytes, data, replay_s,
+           shm_probe, epochs, cold_data_dir, io_mb_s, as_json: bool, fig: Path | None) -> None:
     """Fit a throughput model on a traced run and predict other configurations (see docs/model.md)."""
     from lotus.errors import InputError
     from lotus.model.report import whatif as run_whatif
 
     if dataset_bytes is not None and data is not None:
         raise click.UsageError("give --dataset-bytes or --data, not both")
-    w = run_whatif(data_dir, workers=workers, cpus=cpus, batch_size=batch_size, cache_gb=cache_gb,
-                   dataset_bytes=dataset_bytes, data=data, epochs=epochs, cold_dir=cold_data_dir, io_mb_s=io_mb_s,
-                   replay_s=replay_s, shm_probe=shm_probe)
+    data_dir = data_dirs[0]
+    w = run_whatif(data_dir, more_dirs=data_dirs[1:], workers=workers, cpus=cpus, batch_size=batch_size,
+                   cache_gb=cache_gb, dataset_bytes=dataset_bytes, data=data, epochs=epochs, cold_dir=cold_data_dir,
+                   io_mb_s=io_mb_s, replay_s=replay_s, shm_probe=shm_probe)
     if fig is not None:
         if w.cache is None:
             raise InputError("no cache figure: the cache what-if needs the dataset's size (--dataset-bytes or "
@@ -82,6 +85,18 @@ def _num(v, fmt: str = "{:,.0f}") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
 
 
+def _print_check(chk) -> None:
+    """Each run against the model of the others (several runs)."""
+    pi = f", prediction interval +-{chk.prediction_interval:.0%}" if chk.prediction_interval is not None else ""
+    held = {True: "holds", False: "does NOT hold", None: "not checked"}[chk.holds]
+    click.echo(f"runs checked by the model of the others: the model {held}{pi}")
+    for c in chk.probes:
+        ci = f" (95% CI {c.ci95[0]:,.0f}-{c.ci95[1]:,.0f})" if c.ci95 else ""
+        got = (f"predicted {c.loo_predicted:,.0f} ({c.loo_error:+.1%}, tolerance +-{c.tolerance:.0%})"
+               if c.loo_error is not None else "not predicted")
+        click.echo(f"  {c.name}: measured {_num(c.samples_per_s)}{ci}, {got}{' DISAGREES' if c.disagrees else ''}")
+
+
 def _print(w) -> None:
     m = w.measured
     cpus = _num(m["cpus"], "{:g}")
@@ -91,6 +106,8 @@ def _print(w) -> None:
                f"(wait {_num(m['predicted_wait_share'], '{:.1%}')}), bottleneck: {m['bottleneck']}")
     if m.get("note"):
         click.echo(f"note: measured: {m['note']}")
+    if w.check is not None:
+        _print_check(w.check)
     t = w.predictions
     has_cache = t["cache_gb"].notna().any()
     head = f"{'workers':>7} {'cpus':>5} " + (f"{'cache GB':>8} {'hit':>6} " if has_cache else "") + \

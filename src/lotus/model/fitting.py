@@ -81,11 +81,11 @@ def as_run(obj) -> RunTrace:
 
 def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = None,
         bytes_per_sample: float | None = None, contention: float | None = None,
-        cpu_fraction: float | None = None, sched: bool = True) -> PipelineModel:
+        cpu_fraction: float | None = None, slicing: float | None = None, sched: bool = True) -> PipelineModel:
     """Fit the model on one run or several runs of the same job (see the module doc).
 
-    ``contention`` and ``cpu_fraction`` fix those parameters instead of fitting them (default: fitted
-    when the runs identify them, else 0 and 1). ``sched=False``: leave the scheduler's view out (the
+    ``contention``, ``cpu_fraction`` and ``slicing`` fix those parameters instead of fitting them (default:
+    fitted when the runs identify them, else 0, 1 and 0). ``sched=False``: leave the scheduler's view out (the
     assumptions of traces without it; for comparisons).
     """
     items = list(runs) if isinstance(runs, list | tuple) else [runs]
@@ -101,7 +101,7 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         else (CpuModel(main_cpu_cores), None, [])
     notes += sched_notes
     cpu, alpha_known, phi_known = _fit_cpu(base, template, contention,
-                                           cpu_fraction if phi_measured is None else phi_measured)
+                                           cpu_fraction if phi_measured is None else phi_measured, slicing)
     phi_known = phi_known or phi_measured is not None
     for o in obs:
         s = o.summary
@@ -114,6 +114,9 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         notes.append(f"contention {cpu.contention:.3g} from the run's own levels of workers busy at once "
                      f"({own[0][0][0]:.1f}-{own[0][-1][0]:.1f}); a probe at another worker count checks it "
                      "beyond them")
+    if cpu.slicing > 0:
+        notes.append(f"time-slicing: +{cpu.slicing:.0%} CPU work per extra runnable a CPU, fitted on runs at "
+                     "several levels of it (caches refilled at every turn)")
     if not phi_known:
         notes.append("worker time taken as CPU time (cpu_fraction 1): a probe at another CPU count tells how "
                      "much of it waits instead (I/O, sleep)")
@@ -194,6 +197,7 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         contention=cpu.contention, contention_identified=alpha_known, cpu_fraction=cpu.cpu_fraction,
         cpu_fraction_identified=phi_known, main_cpu_cores=cpu.main_cpu_cores,
         cpu_capacity=cpu.capacity, main_cpu_measured=cpu.main_measured, other_cpus=cpu.other_cpus,
+        slicing=cpu.slicing,
         traced=obs[0].summary, epoch_batches=epoch_batches,
         epoch_gap_per_worker_ms=epoch_gap_per_worker_ms, epoch_gap0_ms=epoch_gap0_ms,
         epoch_boot_ms=epoch_boot_ms,
@@ -298,10 +302,11 @@ def _median_of(obs: list[Observation], attr: str, default: float) -> float:
 
 
 WITHIN_RUN_SPAN = 0.3  # workers at once: the least span of one run's own levels that fits contention
+SLICING_SPAN = 0.5  # runnable a CPU: the least span of the runs' time-slicing (beyond 1) that fits it
 
 
 def _fit_cpu(obs: list[Observation], template: CpuModel, contention: float | None,
-             cpu_fraction: float | None) -> tuple[CpuModel, bool, bool]:
+             cpu_fraction: float | None, slicing: float | None = None) -> tuple[CpuModel, bool, bool]:
     """Contention and CPU fraction that make the runs' per-item times one uncontended time.
 
     Each run gives its mean per-item wall time ``y`` at its busy workers and CPUs; for a candidate
@@ -327,20 +332,27 @@ def _fit_cpu(obs: list[Observation], template: CpuModel, contention: float | Non
     can_alpha = len(runs) >= 2 and max(running) - min(running) >= (WITHIN_RUN_SPAN if within else 0.5)
     if len(runs) == 2 and can_phi:
         can_alpha = False
+    beyond = [max(p - 1.0, 0.0) for p in ps]
+    # time-slicing's own cost: runs beyond the CPUs at two levels, with the CPU fraction measured or fixed
+    # (else a CPU fraction below 1 and a cost of slicing trade off against each other on two runs)
+    can_slice = not within and len(runs) >= 2 and slicing is None and max(beyond) - min(beyond) >= SLICING_SPAN \
+        and (cpu_fraction is not None or len(runs) >= 3)
     phis = [cpu_fraction] if cpu_fraction is not None else (np.linspace(0, 1, 41) if can_phi else [1.0])
     alphas = [contention] if contention is not None else (np.linspace(0, 1, 201) if can_alpha else [0.0])
-    if len(phis) * len(alphas) == 1:
-        return replace(template, contention=float(alphas[0]), cpu_fraction=float(phis[0])), \
-            contention is not None, cpu_fraction is not None
+    slices = np.linspace(0, 0.5, 101) if can_slice else [slicing or 0.0]
+    if len(phis) * len(alphas) * len(slices) == 1:
+        return replace(template, contention=float(alphas[0]), cpu_fraction=float(phis[0]),
+                       slicing=float(slices[0])), contention is not None, cpu_fraction is not None
     y = np.log([r[3] for r in runs])
     best, best_loss = None, np.inf
     for phi in phis:
         for alpha in alphas:
-            cpu = replace(template, contention=float(alpha), cpu_fraction=float(phi))
-            u = y - np.log([cpu.stretch(b, c, m) for b, c, m, _ in runs])
-            loss = float(np.var(u)) + 1e-9 * (abs(1 - phi) + alpha)  # ties: the default assumptions
-            if loss < best_loss:
-                best, best_loss = cpu, loss
+            for sl in slices:
+                cpu = replace(template, contention=float(alpha), cpu_fraction=float(phi), slicing=float(sl))
+                u = y - np.log([cpu.stretch(b, c, m) for b, c, m, _ in runs])
+                loss = float(np.var(u)) + 1e-9 * (abs(1 - phi) + alpha + sl)  # ties: the default assumptions
+                if loss < best_loss:
+                    best, best_loss = cpu, loss
     return best, can_alpha or contention is not None, can_phi or cpu_fraction is not None
 
 

@@ -134,6 +134,9 @@ class PipelineModel:
     measured: Measured | None = field(default=None, repr=False)
     cpu_capacity: float = 1.0  # CPUs' worth of work one CPU did in the runs (> 1: fewer runnable than assumed)
     other_cpus: float = 0.0  # other work runnable on the runs' CPUs, in CPUs (from their run-queue delays)
+    # extra CPU work per unit of time-slicing beyond one runnable a CPU (lotus.sim.cpu_stretch): fitted only
+    # from runs at two levels of it (both beyond the CPUs, by >= SLICING_SPAN); else 0
+    slicing: float = 0.0
     # the main process as one server of the hand-offs: its time per batch (ms) at every worker count, from the
     # runs' arrive latency and batch rate (lotus.model.handoff); None: the arrive latency is taken as fixed
     handoff_service_ms: float | None = None
@@ -195,7 +198,7 @@ class PipelineModel:
         from lotus.sim import CpuModel
 
         return CpuModel(self.main_cpu_cores, self.contention, self.cpu_fraction, self.cpu_capacity,
-                        self.main_cpu_measured, self.other_cpus)
+                        self.main_cpu_measured, self.other_cpus, self.slicing)
 
     @property
     def cold_extra_ms(self) -> float | None:

@@ -20,20 +20,27 @@ class WhatIf:
     cache_epochs: object | None = None  # DataFrame: hit rates per epoch
     dataset: dict | None = None
     notes: list[str] = field(default_factory=list)
+    check: object | None = None  # lotus.model.check.ModelCheck: each run by the model of the others (several runs)
 
     def to_dict(self) -> dict:
         def records(df):
             return None if df is None else df.replace({np.nan: None}).to_dict(orient="records")
 
-        return {"predictions": records(self.predictions), "measured": self.measured, "model": self.model.to_dict(),
-                "cache": records(self.cache), "dataset": self.dataset, "notes": self.notes}
+        out = {"predictions": records(self.predictions), "measured": self.measured, "model": self.model.to_dict(),
+               "cache": records(self.cache), "dataset": self.dataset, "notes": self.notes}
+        if self.check is not None:
+            out["check"] = self.check.to_dict()
+        return out
 
 
 def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: int | None = None, cache_gb=None,
            dataset_bytes: float | None = None, data: str | os.PathLike | None = None, epochs: int = 3,
            cold_dir: str | os.PathLike | None = None, io_mb_s: float | None = None,
-           main_cpu_cores: float = 1.0, replay_s: float = 1.0, shm_probe: bool = True) -> WhatIf:
-    """Fit the run at ``data_dir`` (plus a cold-cache run) and predict the grid (see docs/model.md). With
+           main_cpu_cores: float = 1.0, replay_s: float = 1.0, shm_probe: bool = True, more_dirs=()) -> WhatIf:
+    """Fit the run at ``data_dir`` (plus a cold-cache run) and predict the grid (see docs/model.md).
+    ``more_dirs``: other runs of the same job (other worker counts, CPUs): one model of them all, and each
+    run checked by the model of the others (:func:`lotus.model.check.check_probes`); the first run stays the
+    traced setting the table and the cache what-if start from. With
     ``data`` (the dataset's files) and a trace whose workers read from storage, the files are read at each
     worker count for ``replay_s`` seconds (:mod:`lotus.model.storage`; 0: not). A num_workers=0 trace that
     recorded its batches' bytes predicts workers with the worker path's cost per byte measured on this
@@ -54,7 +61,9 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
     from lotus.trace.original import release_freed_memory
 
     run = load_run(data_dir, columns=MODEL_COLUMNS)  # the batches' columns the fit reads (a scanned run)
-    runs = [run] + ([load_run(cold_dir, cache_state="cold", columns=MODEL_COLUMNS)] if cold_dir is not None else [])
+    warm = [run, *(load_run(d, columns=MODEL_COLUMNS) for d in more_dirs)]
+    cold = [load_run(cold_dir, cache_state="cold", columns=MODEL_COLUMNS)] if cold_dir is not None else []
+    runs = warm + cold
     notes: list[str] = []
     dataset = None
     n_samples = _dataset_len(run)
@@ -80,6 +89,11 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
         del order
         release_freed_memory()
     model = fit(runs, main_cpu_cores=main_cpu_cores, io_bytes_per_s=io, bytes_per_sample=bps)
+    check = None
+    if len(warm) > 1:
+        check = _check_runs(model, warm, lambda rs: fit(rs + cold, main_cpu_cores=main_cpu_cores,
+                                                        io_bytes_per_s=io, bytes_per_sample=bps), shm_probe)
+        notes += check.notes
     for r in runs:  # fitted once: the observations' per-batch arrays the model does not share are freed
         forget_observation(r)
     release_freed_memory()
@@ -137,13 +151,59 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
                          f"predicted against {t.samples_per_s:,.1f} measured ({err:+.0%}, more than the "
                          f"measurement's interval +{SLACK:.0%}): its other predictions are not to be trusted for "
                          "this job; probe them (lotus tune, lotus sensitivity)")
-        else:
+        elif check is None:
             notes.append(f"checked against the traced run only ({err:+.1%}, in sample): predictions for other "
                          "settings carry no interval; lotus tune and lotus sensitivity check them against probes")
+        elif check.prediction_interval is not None:
+            notes.append(f"each run predicted by the model of the others: worst {check.prediction_interval:.0%} "
+                         f"(the model of them all {'holds' if check.holds else 'does not hold'} for this job; "
+                         "the predictions' interval for other settings" + (
+                             "; of two runs, each model is of one run, which cannot fit what differs between them"
+                             if len(warm) == 2 else "") + ")")
     if t.num_workers == 0 and any(w > 0 for w in workers):
         notes += _worker_path(model, shm_probe)
+    if check is None:
+        notes += _slicing_note(model, workers, cpus)
     return WhatIf(model=model, predictions=table, measured=measured, cache=steady, cache_epochs=per_epoch,
-                  dataset=dataset, notes=notes + model.notes)
+                  dataset=dataset, notes=notes + model.notes, check=check)
+
+
+def _check_runs(model, runs, fit_runs, shm_probe: bool):
+    """Each of several runs predicted by the model of the others, against its own measured rate."""
+    from lotus.model.check import Probe, check_probes
+
+    def fit(rs):
+        m = fit_runs(rs)
+        if shm_probe:
+            from lotus.model.workerpath import price
+
+            price(m)
+        return m
+
+    def predict(m, key):
+        return m.predict(*key).samples_per_s
+
+    probes = [Probe(name=f"{s.num_workers} workers, {s.cpus:g} CPUs" if s.cpus else f"{s.num_workers} workers",
+                    run=r, samples_per_s=s.samples_per_s, ci95=s.samples_per_s_ci95, key=(s.num_workers, s.cpus),
+                    note=s.samples_per_s_note)
+              for r, s in zip(runs, model.runs[:len(runs)], strict=True) if s.samples_per_s]
+    return check_probes(probes, fit, predict)
+
+
+def _slicing_note(model, workers, cpus) -> list[str]:
+    """One run: where the grid time-slices its CPUs at another level than the traced run did, the cost of it."""
+    t = model.traced
+    if not t.cpus or model.slicing:
+        return []
+    at = {w: model.cpu.stretch(w, c) for w in workers if w > 0 for c in (cpus or [t.cpus]) if c}
+    traced = model.cpu.stretch(t.num_workers, t.cpus) if t.num_workers > 0 else 1.0
+    if not any(abs(s - traced) >= 0.5 and max(s, traced) > 1.0 for s in at.values()):
+        return []
+    return [f"beyond the CPUs (more runnable than CPUs: workers time-sliced): one run cannot tell what the slicing "
+            f"itself costs (caches refilled at every turn: +26% CPU a batch for JPEG-decoding workers on the GPU "
+            f"host from 8 to 16 workers on 4 CPUs, none for small Python samples), so predictions at another level "
+            f"of it (traced {traced:.2g} runnable a CPU) take it as free; a second run at another worker count "
+            f"(lotus whatif -d RUN -d RUN2) fits it"]
 
 
 def _worker_path(model, probed: bool) -> list[str]:

@@ -28,7 +28,7 @@ def _variants(bps):
         return fit(runs, bytes_per_sample=bps)
 
     def assumed_cpu(runs):
-        return fit(runs, bytes_per_sample=bps, contention=0.0, cpu_fraction=1.0)
+        return fit(runs, bytes_per_sample=bps, contention=0.0, cpu_fraction=1.0, slicing=0.0)
 
     def workers_only(runs):
         with_w = [r for r in runs if _workers_of(r)]

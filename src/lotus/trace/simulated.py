@@ -46,6 +46,7 @@ class PipelineSpec:
     main_cpu_cores: float = 1.0  # CPU the main process uses (lotus.sim.cpu_stretch)
     contention: float = 0.0  # slowdown per extra worker running at once (lotus.sim.cpu_stretch)
     cpu_fraction: float = 1.0  # share of worker time that needs a CPU (lotus.sim.cpu_stretch)
+    slicing: float = 0.0  # extra CPU work per extra runnable a CPU beyond one (lotus.sim.cpu_stretch)
     sync: bool = False  # ranks in lockstep: a collective (DDP's all-reduce) ends each step's compute
     slow_rank: int = -1  # with these, one rank is a straggler:
     slow_rank_load: float = 1.0  # ... its samples' load and op times are this many times longer (input pipeline)
@@ -142,7 +143,8 @@ def iter_simulate(spec: PipelineSpec) -> Iterator[SimEpoch]:
     """:func:`simulate` one (rank, epoch) at a time, in that order (memory: one epoch's arrays).
 
     With ``spec.cpus`` set, worker durations are stretched by the CPU model of :mod:`lotus.sim`
-    (``main_cpu_cores``, ``contention``, ``cpu_fraction``) at its fixed point; ``cpus=None`` leaves them as drawn.
+    (``main_cpu_cores``, ``contention``, ``cpu_fraction``, ``slicing``) at its fixed point; ``cpus=None`` leaves
+    them as drawn.
     ``spec.sync``: the ranks run in lockstep (:func:`_iter_lockstep`), epoch by epoch.
     """
     from lotus.sim import CpuModel, run_loader, run_with_cpus
@@ -163,7 +165,7 @@ def iter_simulate(spec: PipelineSpec) -> Iterator[SimEpoch]:
             pid += nw
             loop = _loop_args(spec, d, t, nb, nw)
             if spec.cpus is not None:
-                cpu = CpuModel(spec.main_cpu_cores, spec.contention, spec.cpu_fraction)
+                cpu = CpuModel(spec.main_cpu_cores, spec.contention, spec.cpu_fraction, slicing=spec.slicing)
                 _, s = run_with_cpus(d.prep_dur, d.step, cpus=spec.cpus, cpu=cpu, **loop)
                 d.stretch(s)
             sim = run_loader(d.prep_dur, d.step, **loop)
