@@ -163,3 +163,26 @@ def test_a_num_workers_0_trace_says_the_worker_path_is_not_in_it(make_dir):
     assert any("traced with num_workers=0" in n for n in doc["notes"])
     doc = json.loads(lotus("whatif", "-d", d, "--workers", "0", "--cpus", "4", "--json").output)
     assert not any("traced with num_workers=0" in n for n in doc["notes"])
+
+
+def test_several_runs_one_model_each_checked_by_the_others(make_dir):
+    """``-d A -d B ...``: runs beyond the CPUs at several levels fit the cost of time-slicing; each run is
+    predicted by the model of the others (three of them: these synthetic traces have no scheduler's view, so
+    two runs would fit the CPU fraction instead), in text and JSON; one run says it cannot tell that cost."""
+    kw = dict(cpus=4, slicing=0.2, step_ms=2, n_batches=240)
+    dirs = [make_dir(f"sl{w}", n_workers=w, seed=20 + w, **kw) for w in (6, 8, 12, 16)]
+    args = [x for d in dirs for x in ("-d", d)]
+    doc = json.loads(lotus("whatif", *args, "--workers", "24", "--cpus", "4", "--json").output)
+    assert doc["measured"]["num_workers"] == 6  # the first run is the traced setting
+    assert doc["model"]["slicing"] == pytest.approx(0.2, abs=0.05)
+    chk = doc["check"]
+    assert [p["name"] for p in chk["probes"]] == [f"{w} workers, 4 CPUs" for w in (6, 8, 12, 16)]
+    assert all(p["loo_error"] is not None for p in chk["probes"])  # each run by the model of the other three
+    assert chk["holds"] is True and chk["prediction_interval"] < 0.1
+    far = fit(load_run(make_dir("sl24", n_workers=24, seed=44, **kw))).traced.samples_per_s
+    assert doc["predictions"][0]["samples_per_s"] == pytest.approx(far, rel=0.08)
+    text = lotus("whatif", *args, "--workers", "24", "--cpus", "4").output
+    assert "runs checked by the model of the others: the model holds" in text
+    assert "16 workers, 4 CPUs: measured" in text and "time-slicing: +" in text
+    one = lotus("whatif", "-d", dirs[0], "--workers", "24", "--cpus", "4").output
+    assert "one run cannot tell what the slicing itself costs" in one and "runs checked" not in one
