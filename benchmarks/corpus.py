@@ -309,6 +309,18 @@ def fmt(v, unit="") -> str:
     return f"{v:+.1f} pt" if unit == "points" else f"{v:,.0f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
+UNSETTLED = 0.2  # a truth whose 95% interval is wider than +-20% cannot tell a prediction right or wrong
+
+
+def _unsettled(p: dict) -> str:
+    """' (truth +-N%: unsettled)' where the job alone's own interval is wider than UNSETTLED."""
+    ci, truth = p.get("truth_ci95"), p.get("truth")
+    if not ci or not truth:
+        return ""
+    half = (ci[1] - ci[0]) / 2 / truth
+    return f" (truth +-{100 * half:.0f}%: unsettled)" if half > UNSETTLED else ""
+
+
 def table(work: Path, hosts: dict[str, Path] | None = None) -> str:
     """The markdown table of ``work``'s results; ``hosts``: several work folders by host, one table with a
     host column."""
@@ -329,8 +341,8 @@ def table(work: Path, hosts: dict[str, Path] | None = None) -> str:
             note.append(f"median |error| {100 * d['median_abs_error']:.1f}%, demand {d['demand']} "
                         f"(truth {d['truth_demand']})")
         if d["command"] == "whatif":
-            note.append(", ".join(f"{p['workers']}w {100 * p['error']:+.1f}%" if p["error"] is not None else
-                                  f"{p['workers']}w (no truth: the job alone reached no steady state)"
+            note.append(", ".join(f"{p['workers']}w {100 * p['error']:+.1f}%{_unsettled(p)}" if p["error"] is not None
+                                  else f"{p['workers']}w (no truth: the job alone reached no steady state)"
                                   for p in d["detail"]["points"]))
             traced = d["detail"].get("traced") or {}
             if traced.get("disagrees"):
