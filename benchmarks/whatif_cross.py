@@ -53,7 +53,8 @@ def cross(c: Corpus, shape: str, traced: list[int], workers: list[int]) -> dict:
             t = out["truth"].get(p["num_workers"])
             truth = t and t["samples_per_s"]
             out["predictions"].append({"from": tw, "to": p["num_workers"], "lotus": p["samples_per_s"],
-                                       "truth": truth, "error": p["samples_per_s"] / truth - 1 if truth else None})
+                                       "bound": p.get("bound"), "truth": truth,
+                                       "error": p["samples_per_s"] / truth - 1 if truth else None})
     runs = [c.work / f"traced-{shape}-w{tw}" for tw in sorted(out["traced"], key=int)]
     if len(runs) >= 2:  # one model of every trace (lotus whatif -d A -d B): the counts none of them ran at
         pts = [w for w in workers if w not in out["traced"]]
@@ -71,8 +72,8 @@ def _joint(pred: dict, truths: dict, traced: list) -> list[dict]:
     for p in pred["predictions"]:
         t = truths.get(p["num_workers"]) or truths.get(str(p["num_workers"])) or {}
         truth = t.get("samples_per_s")
-        rows.append({"from": name, "to": p["num_workers"], "lotus": p["samples_per_s"], "truth": truth,
-                     "error": p["samples_per_s"] / truth - 1 if truth else None})
+        rows.append({"from": name, "to": p["num_workers"], "lotus": p["samples_per_s"], "bound": p.get("bound"),
+                     "truth": truth, "error": p["samples_per_s"] / truth - 1 if truth else None})
     return rows
 
 
@@ -94,7 +95,8 @@ def rescore(work: Path) -> list[dict]:
             for q in json.loads(r.stdout)["predictions"]:
                 truth = (d["truth"].get(str(q["num_workers"])) or {}).get("samples_per_s")
                 d["predictions"].append({"from": int(tw), "to": q["num_workers"], "lotus": q["samples_per_s"],
-                                         "truth": truth, "error": q["samples_per_s"] / truth - 1 if truth else None})
+                                         "bound": q.get("bound"), "truth": truth,
+                                         "error": q["samples_per_s"] / truth - 1 if truth else None})
         runs = [work / f"traced-{d['shape']}-w{tw}" for tw in sorted(d["traced"], key=int)]
         pts = [int(w) for w in d["truth"] if str(w) not in {str(t) for t in d["traced"]}]
         if len(runs) >= 2 and pts and all(r.is_dir() for r in runs):
@@ -105,6 +107,22 @@ def rescore(work: Path) -> list[dict]:
                 d["predictions"] += _joint(json.loads(r.stdout), d["truth"], sorted(d["traced"], key=int))
         out.append(d)
     return out
+
+
+def _mark(p: dict) -> str:
+    return {"upper": "<=", "lower": ">="}.get(p.get("bound") or "", "")
+
+
+def bounds_held(points: list[dict], truths: dict) -> tuple[int, int, int]:
+    """(bounds the truth kept, kept within the truth's own 95% interval, bounds with a truth): an upper bound
+    holds where the truth is at most it. ``truths``: (shape, workers) -> the truth's record."""
+    b = [p for p in points if p.get("bound") and p.get("truth")]
+    ok = sum((p["truth"] <= p["lotus"]) if p["bound"] == "upper" else (p["truth"] >= p["lotus"]) for p in b)
+    near = 0
+    for p in b:
+        ci = (truths.get((p["shape"], p["to"])) or {}).get("ci95") or [p["truth"], p["truth"]]
+        near += (ci[0] <= p["lotus"]) if p["bound"] == "upper" else (ci[1] >= p["lotus"])
+    return ok, near, len(b)
 
 
 def show(d: dict) -> str:
@@ -118,7 +136,8 @@ def show(d: dict) -> str:
     for tw in sorted({p["from"] for p in d["predictions"]}, key=lambda f: (isinstance(f, str), str(f).zfill(4))):
         cells = {p["to"]: p for p in d["predictions"] if p["from"] == tw}
         lines.append(f"from {tw}w: " + "  ".join(
-            f"{w}w {cells[w]['lotus']:,.0f} ({100 * cells[w]['error']:+.1f}%)" if w in cells and cells[w]["error"]
+            f"{w}w {_mark(cells[w])}{cells[w]['lotus']:,.0f} ({100 * cells[w]['error']:+.1f}%)" if w in cells
+            and cells[w]["error"]
             is not None else f"{w}w -" for w in tos))
     return "\n".join(lines)
 
@@ -141,10 +160,16 @@ def main(argv=None) -> int:
                         "arguments (one string, split on spaces), e.g. '8:--synthetic 1 --samples 1024 -b 32'")
     a = p.parse_args(argv)
     if a.rescore:
-        errs = []
+        errs, pts, truths = [], [], {}
         for d in rescore(a.work):
             print(show(d))
             errs += [abs(q["error"]) for q in d["predictions"] if q["error"] is not None]
+            pts += [{**q, "shape": d["shape"]} for q in d["predictions"]]
+            truths.update({(d["shape"], int(w)): t for w, t in d["truth"].items() if t})
+        held, near, bounded = bounds_held(pts, truths)
+        if bounded:
+            print(f"bounds (<= at most, >= at least: time-slicing's cost not fitted): the truth kept {held} of "
+                  f"{bounded}, {near} of {bounded} within the truth's own 95% interval")
         if errs:
             errs.sort()
             print(f"{len(errs)} points: median |error| {100 * errs[len(errs) // 2]:.1f}%, worst {100 * errs[-1]:.1f}%, "

@@ -194,10 +194,14 @@ def test_runs_beyond_the_cpus_identify_the_cost_of_time_slicing(make_run):
     runs = [make_run(f"s{w}", n_workers=w, seed=20 + w, **kw) for w in (6, 10, 16)]
     far = fit(make_run("s24", n_workers=24, seed=44, **kw)).traced.samples_per_s
     single = fit(runs[0])
-    assert single.slicing == 0.0 and single.predict(24, 4).samples_per_s > 1.5 * far  # free slicing: optimistic
+    up = single.predict(24, 4)
+    assert single.slicing == 0.0 and up.samples_per_s > 1.5 * far  # free slicing: optimistic...
+    assert up.bound == "upper" and single.predict(6, 4).bound is None  # ...and said to be at most
+    low = fit(runs[-1]).predict(6, 4)  # from the run that sliced most, fewer workers: at least
+    assert low.bound == "lower" and low.samples_per_s < fit(runs[0]).traced.samples_per_s
     m = fit(runs)
-    assert m.slicing == pytest.approx(0.2, abs=0.05)
-    assert close(m.predict(24, 4).samples_per_s, far, 0.08)
+    assert m.slicing == pytest.approx(0.2, abs=0.05) and m.slicing_identified
+    assert close(m.predict(24, 4).samples_per_s, far, 0.08) and m.predict(24, 4).bound is None
     assert any("time-slicing" in n for n in m.notes)
     within = fit([make_run(f"c{w}", n_workers=w, cpus=16, slicing=0.2, step_ms=2, seed=60 + w) for w in (2, 4, 8)])
     assert within.slicing == 0.0  # never beyond the CPUs: nothing to fit, nothing assumed

@@ -118,7 +118,8 @@ def _print(w) -> None:
         if has_cache:
             cells += f"{_num(r.cache_gb, '{:g}'):>8} {_num(r.cache_hit_rate, '{:.0%}'):>6} "
         tail = r.bottleneck if r.samples_per_s is not None else f"({r.reason})"
-        click.echo(cells + f"{_num(r.samples_per_s):>10} {_num(r.wait_share, '{:.1%}'):>6}  {tail}")
+        rate = {"upper": "<=", "lower": ">="}.get(r.bound, "") + _num(r.samples_per_s)
+        click.echo(cells + f"{rate:>10} {_num(r.wait_share, '{:.1%}'):>6}  {tail}")
     if w.cache is not None:
         lru = w.cache[w.cache["policy"] == "lru"]
         st = w.cache[w.cache["policy"] == "static"]

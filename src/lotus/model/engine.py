@@ -195,6 +195,7 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
                          f"{_ms(model.arrive_latency_ms)} ms; the main process a queue of {_ms(here / 1e6)} ms a "
                          f"batch{busy_part})")
     out.cpu_stretch = s
+    out.bound = slicing_bound(model, s)
     out.busy_workers = float(prep[warm:].sum() * s / span) if nw > 0 else None
     if epoch is not None:
         out.within_epoch_samples_per_s = rate
@@ -212,6 +213,24 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
     if cache_hit_rate is None and model.traced.cache_state == "warm":
         out.notes.append("page cache as in the traced run")
     return out
+
+
+SLICING_BOUND = 0.5  # runnable a CPU: a prediction this far from the runs' time-slicing is a bound
+
+
+def slicing_bound(model, stretch: float) -> str | None:
+    """"upper" where a configuration time-slices its CPUs more than every run did (at least
+    :data:`SLICING_BOUND` runnable a CPU more, and above 1), "lower" where less than every run that sliced;
+    None where what slicing costs was fitted, or the configuration is within the runs' levels. Slicing only
+    adds CPU work (``slicing >= 0``), so an unfitted cost of 0 makes the rate at most / at least the one given."""
+    if model.slicing_identified:
+        return None
+    levels = [r.cpu_stretch for r in model.runs if r.num_workers > 0 and r.cpu_stretch] or [1.0]
+    if stretch > 1.0 and stretch >= max(levels) + SLICING_BOUND:
+        return "upper"
+    if min(levels) > 1.0 and stretch <= min(levels) - SLICING_BOUND:
+        return "lower"
+    return None
 
 
 def _ms(v: float) -> str:

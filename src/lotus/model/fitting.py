@@ -100,7 +100,7 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
     template, phi_measured, sched_notes = sched_cpu(base, main_cpu_cores, cpu_fraction) if sched \
         else (CpuModel(main_cpu_cores), None, [])
     notes += sched_notes
-    cpu, alpha_known, phi_known = _fit_cpu(base, template, contention,
+    cpu, alpha_known, phi_known, slice_known = _fit_cpu(base, template, contention,
                                            cpu_fraction if phi_measured is None else phi_measured, slicing)
     phi_known = phi_known or phi_measured is not None
     for o in obs:
@@ -197,7 +197,7 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         contention=cpu.contention, contention_identified=alpha_known, cpu_fraction=cpu.cpu_fraction,
         cpu_fraction_identified=phi_known, main_cpu_cores=cpu.main_cpu_cores,
         cpu_capacity=cpu.capacity, main_cpu_measured=cpu.main_measured, other_cpus=cpu.other_cpus,
-        slicing=cpu.slicing,
+        slicing=cpu.slicing, slicing_identified=slice_known,
         traced=obs[0].summary, epoch_batches=epoch_batches,
         epoch_gap_per_worker_ms=epoch_gap_per_worker_ms, epoch_gap0_ms=epoch_gap0_ms,
         epoch_boot_ms=epoch_boot_ms,
@@ -306,7 +306,7 @@ SLICING_SPAN = 0.5  # runnable a CPU: the least span of the runs' time-slicing (
 
 
 def _fit_cpu(obs: list[Observation], template: CpuModel, contention: float | None,
-             cpu_fraction: float | None, slicing: float | None = None) -> tuple[CpuModel, bool, bool]:
+             cpu_fraction: float | None, slicing: float | None = None) -> tuple[CpuModel, bool, bool, bool]:
     """Contention and CPU fraction that make the runs' per-item times one uncontended time.
 
     Each run gives its mean per-item wall time ``y`` at its busy workers and CPUs; for a candidate
@@ -342,7 +342,8 @@ def _fit_cpu(obs: list[Observation], template: CpuModel, contention: float | Non
     slices = np.linspace(0, 0.5, 101) if can_slice else [slicing or 0.0]
     if len(phis) * len(alphas) * len(slices) == 1:
         return replace(template, contention=float(alphas[0]), cpu_fraction=float(phis[0]),
-                       slicing=float(slices[0])), contention is not None, cpu_fraction is not None
+                       slicing=float(slices[0])), contention is not None, cpu_fraction is not None, \
+            slicing is not None
     y = np.log([r[3] for r in runs])
     best, best_loss = None, np.inf
     for phi in phis:
@@ -353,7 +354,8 @@ def _fit_cpu(obs: list[Observation], template: CpuModel, contention: float | Non
                 loss = float(np.var(u)) + 1e-9 * (abs(1 - phi) + alpha + sl)  # ties: the default assumptions
                 if loss < best_loss:
                     best, best_loss = cpu, loss
-    return best, can_alpha or contention is not None, can_phi or cpu_fraction is not None
+    return best, can_alpha or contention is not None, can_phi or cpu_fraction is not None, \
+        can_slice or slicing is not None
 
 
 def _collate_law(n: np.ndarray, collate: np.ndarray) -> tuple[float, float]:

@@ -137,6 +137,7 @@ class PipelineModel:
     # extra CPU work per unit of time-slicing beyond one runnable a CPU (lotus.sim.cpu_stretch): fitted only
     # from runs at two levels of it (both beyond the CPUs, by >= SLICING_SPAN); else 0
     slicing: float = 0.0
+    slicing_identified: bool = False  # True when runs at two levels of it could fit it (or it was given)
     # the main process as one server of the hand-offs: its time per batch (ms) at every worker count, from the
     # runs' arrive latency and batch rate (lotus.model.handoff); None: the arrive latency is taken as fixed
     handoff_service_ms: float | None = None

@@ -24,6 +24,9 @@ class Prediction:
     step_samples_per_s: float | None = None  # the most the loop can consume
     busy_workers: float | None = None
     cpu_stretch: float | None = None
+    # "upper" / "lower": the configuration time-slices its CPUs more / less than the runs did, and what slicing
+    # costs was not fitted (lotus.model.engine.slicing_bound): the rate is at most / at least this
+    bound: str | None = None
     reason: str | None = None
     notes: list[str] = field(default_factory=list)
 

@@ -202,8 +202,8 @@ def _slicing_note(model, workers, cpus) -> list[str]:
     return [f"beyond the CPUs (more runnable than CPUs: workers time-sliced): one run cannot tell what the slicing "
             f"itself costs (caches refilled at every turn: +26% CPU a batch for JPEG-decoding workers on the GPU "
             f"host from 8 to 16 workers on 4 CPUs, none for small Python samples), so predictions at another level "
-            f"of it (traced {traced:.2g} runnable a CPU) take it as free; a second run at another worker count "
-            f"(lotus whatif -d RUN -d RUN2) fits it"]
+            f"of it (traced {traced:.2g} runnable a CPU) take it as free: a rate marked <= is at most that, >= at "
+            f"least; a second run at another worker count (lotus whatif -d RUN -d RUN2) fits it"]
 
 
 def _worker_path(model, probed: bool) -> list[str]:

@@ -16,7 +16,7 @@ from lotus.model.params import PipelineModel
 
 GB = 1e9
 TABLE_COLUMNS = ["num_workers", "cpus", "cache_gb", "cache_hit_rate", "samples_per_s", "wait_share", "bottleneck",
-                 "input_samples_per_s", "step_samples_per_s", "busy_workers", "reason"]
+                 "input_samples_per_s", "step_samples_per_s", "busy_workers", "bound", "reason"]
 
 
 def _powers(upto: float) -> list[int]:
