@@ -101,7 +101,7 @@ def scan_parts(paths: list[Path], ctx: ScanContext) -> Iterator[ScanPart]:
 
     if multiprocessing.current_process().daemon:  # a pool's worker may start no processes of its own
         n = 1
-    tasks = plan(paths, max(n * TASKS_PER_JOB, total // PART_BYTES)) if n > 1 else []
+    tasks = plan(paths, max(n * TASKS_PER_JOB, total // PART_BYTES), jobs=n) if n > 1 else []
     if len(tasks) <= 1:
         yield scan_files(paths, ctx)
         return
