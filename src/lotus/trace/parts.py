@@ -156,23 +156,25 @@ def iter_records(path: Path, offset: int, chunk_records: int):
         done = (yield from _mapped_chunks(f, offset, chunk)) if isinstance(f, io.BufferedReader) else None
         if done is None:
             f.seek(offset) if f.seekable() else f.read(offset)
-            done = yield from _read_chunks(f, chunk)
+            done = yield from _read_chunks(f, chunk, fill=isinstance(f, io.BufferedReader))
     n, rest = done
     if rest:
         _log.warning("%s: record %d truncated (%d of %d bytes, a crashed process?); dropped", path, n, rest,
                      S.RECORD_SIZE)
 
 
-def _read_chunks(f, chunk: int):
-    """The records of ``f`` from where it stands, read in chunks of up to ``chunk`` (:func:`_cut`).
-    Returns (records, bytes of a truncated last record)."""
+def _read_chunks(f, chunk: int, fill: bool = False):
+    """The records of ``f`` from where it stands, read in chunks (:func:`_cut`): of up to ``chunk`` with
+    ``fill`` (a held-back record and the next reads fill one chunk: the chunks :func:`_mapped_chunks`
+    makes), else each read of ``chunk`` records after what the last one held back (a compressed file's
+    chunks, as lotus always cut them). Returns (records, bytes of a truncated last record)."""
     import numpy as np
 
     from lotus.trace.native import RECORD_DTYPE
 
     n, tail = 0, b""
     while True:
-        raw = f.read(chunk * S.RECORD_SIZE)
+        raw = f.read(chunk * S.RECORD_SIZE - (len(tail) if fill else 0))
         if not raw:
             break
         data = tail + raw if tail else raw
