@@ -1,7 +1,8 @@
 """Where the parts of a scan run: in this process, on every core of this machine, or on a cluster.
 
 The scan (:mod:`lotus.query.scan`) splits a run's files, in their order, into runs of consecutive files
-(:func:`plan`: every part of a process in one of them, about equal bytes) and scans each with
+(:func:`plan`: every part of a process in one of them; runs of decreasing size, so that the processes
+finish close together) and scans each with
 :func:`lotus.query.scanfiles.scan_files`; :func:`lotus.query.scanmerge.merge_parts` merges the parts in
 that order into the bytes one pass would have made. How many processes (:func:`jobs`):
 
