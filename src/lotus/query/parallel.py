@@ -1,7 +1,8 @@
 """Where the parts of a scan run: in this process, on every core of this machine, or on a cluster.
 
 The scan (:mod:`lotus.query.scan`) splits a run's files, in their order, into runs of consecutive files
-(:func:`plan`: every part of a process in one of them, about equal bytes) and scans each with
+(:func:`plan`: every part of a process in one of them; runs of decreasing size, so that the processes
+finish close together) and scans each with
 :func:`lotus.query.scanfiles.scan_files`; :func:`lotus.query.scanmerge.merge_parts` merges the parts in
 that order into the bytes one pass would have made. How many processes (:func:`jobs`):
 
@@ -101,7 +102,7 @@ def scan_parts(paths: list[Path], ctx: ScanContext) -> Iterator[ScanPart]:
 
     if multiprocessing.current_process().daemon:  # a pool's worker may start no processes of its own
         n = 1
-    tasks = plan(paths, max(n * TASKS_PER_JOB, total // PART_BYTES)) if n > 1 else []
+    tasks = plan(paths, max(n * TASKS_PER_JOB, total // PART_BYTES), jobs=n) if n > 1 else []
     if len(tasks) <= 1:
         yield scan_files(paths, ctx)
         return

@@ -10,6 +10,7 @@ from lotus.query.scanfiles import ScanPart, scan_files
 
 TASKS_PER_JOB = 5  # parts per process: the last ones to finish are shorter (balance)
 PART_BYTES = 1 << 30  # ... and at most about this many bytes of files a part
+TAPER = 2  # a run of a tapered plan: the bytes left over TAPER x the processes (plan)
 IN_MEMORY_PART_BYTES = 2 << 30  # a part of fewer bytes keeps its per-batch columns in memory (~1% of them)
 
 
@@ -20,9 +21,14 @@ def _size(p: Path) -> int:
         return 0
 
 
-def plan(paths: list[Path], n: int) -> list[list[Path]]:
+def plan(paths: list[Path], n: int, jobs: int = 0) -> list[list[Path]]:
     """``paths`` cut into at most ``n`` runs of consecutive files of about equal bytes, never between two
-    parts of one process (a process's parts continue each other's per-sample spans)."""
+    parts of one process (a process's parts continue each other's per-sample spans). ``jobs`` (the processes
+    that take the runs in turn, as each finishes one): runs of decreasing size instead (``n`` unused), each
+    about the bytes left over :data:`TAPER` times ``jobs`` (at most :data:`PART_BYTES`, at least a file): the
+    processes then finish within a small run of each other, not a whole one (:func:`_tapered`; measured on
+    the 100M-event run, 41 files, 2 processes: 0.67 s between the two processes' ends with 10 equal runs,
+    0.09 s with these)."""
     from lotus.trace.parts import part_of
 
     if n <= 1 or len(paths) <= 1:
@@ -33,6 +39,8 @@ def plan(paths: list[Path], n: int) -> list[list[Path]]:
         ok.append(i > reach)
         reach = max(reach, last[part_of(p)[0]])
     sizes = [_size(p) for p in paths]
+    if jobs > 1:
+        return _tapered(paths, sizes, ok, jobs)
     target = sum(sizes) / n
     out: list[list[Path]] = [[]]
     done = 0
@@ -41,6 +49,21 @@ def plan(paths: list[Path], n: int) -> list[list[Path]]:
             out.append([])
         out[-1].append(p)
         done += sizes[i]
+    return out
+
+
+def _tapered(paths: list[Path], sizes: list[int], ok: list[bool], jobs: int) -> list[list[Path]]:
+    """Guided cuts (:func:`plan`): a run ends once it holds (bytes left at its start) / (TAPER x jobs)."""
+    out: list[list[Path]] = [[]]
+    left = sum(sizes)
+    goal, held = min(left / (TAPER * jobs), PART_BYTES), 0
+    for i, p in enumerate(paths):
+        if out[-1] and ok[i] and held >= goal:
+            out.append([])
+            goal, held = min(left / (TAPER * jobs), PART_BYTES), 0
+        out[-1].append(p)
+        held += sizes[i]
+        left -= sizes[i]
     return out
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -139,70 +140,101 @@ def _cut(buf, filled: int) -> int:
     return whole
 
 
-_SPARE: list = []  # the read buffer of the last plain file read to its end, for the next one
-
-
 def iter_records(path: Path, offset: int, chunk_records: int):
     """The records of a trace file or part after ``offset``, as numpy arrays of up to ``chunk_records``;
     a truncated last record (crash mid-write) is dropped with a warning.
 
-    A plain file is read into one reused buffer (no fresh 48 MB allocation per chunk, nor per file: the
-    buffer of a file read to its end serves the next file, whose first reads then fault no page in): each
-    array is valid until the next one is asked for, the last one until another file is read; callers copy
-    what they keep (fancy indexing does)."""
-    import numpy as np
+    A plain file is mapped a chunk at a time (:func:`_mapped_chunks`: no copy of its bytes from the page
+    cache), a compressed one (or a file that cannot be mapped) read (:func:`_read_chunks`); the chunks are
+    the same either way. The arrays are read-only, each valid until the next one is asked for (a mapped
+    chunk's pages then leave this process: read again from the page cache if touched); callers copy what
+    they keep (fancy indexing does)."""
+    from lotus.trace.native import open_raw
 
-    from lotus.trace.native import RECORD_DTYPE, open_raw
-
-    size = max(chunk_records, 2) * S.RECORD_SIZE  # room for a packed pair
-    n = 0
+    chunk = max(chunk_records, 2)  # room for a packed pair
     with open_raw(path) as f:
-        f.read(offset)
-        if isinstance(f, io.BufferedReader):
-            buf = _SPARE.pop() if _SPARE and len(_SPARE[-1]) == size else np.empty(size, np.uint8)
-            view = memoryview(buf)
-            filled = 0
-            while True:
-                k = f.readinto(view[filled:])
-                if not k:
-                    break
-                filled += k
-                whole = _cut(buf, filled)
-                if whole:
-                    arr = buf[:whole].view(RECORD_DTYPE)
-                    n += len(arr)
-                    yield arr
-                    rest = filled - whole
-                    buf[:rest] = buf[whole:filled]
-                    filled = rest
-            whole = filled // S.RECORD_SIZE * S.RECORD_SIZE
-            if whole:  # a packed batch record held back for its pair, and the file ends there
-                n += whole // S.RECORD_SIZE
-                yield buf[:whole].view(RECORD_DTYPE)
-            rest = filled - whole
-            del view
-            _SPARE[:] = [buf]  # the next file's reader takes it: its pages are mapped already
-        else:
-            tail = b""
-            while True:
-                raw = f.read(size)
-                if not raw:
-                    break
-                data = tail + raw if tail else raw
-                whole = _cut(data, len(data))
-                tail = data[whole:]
-                if whole:
-                    arr = np.frombuffer(data, RECORD_DTYPE, count=whole // S.RECORD_SIZE)
-                    n += len(arr)
-                    yield arr
-            whole = len(tail) // S.RECORD_SIZE * S.RECORD_SIZE
-            if whole:  # a packed batch record held back for its pair, and the file ends there
-                n += whole // S.RECORD_SIZE
-                yield np.frombuffer(tail, RECORD_DTYPE, count=whole // S.RECORD_SIZE)
-            rest = len(tail) - whole
+        done = (yield from _mapped_chunks(f, offset, chunk)) if isinstance(f, io.BufferedReader) else None
+        if done is None:
+            f.seek(offset) if f.seekable() else f.read(offset)
+            done = yield from _read_chunks(f, chunk, fill=isinstance(f, io.BufferedReader))
+    n, rest = done
     if rest:
         _log.warning("%s: record %d truncated (%d of %d bytes, a crashed process?); dropped", path, n, rest,
                      S.RECORD_SIZE)
+
+
+def _read_chunks(f, chunk: int, fill: bool = False):
+    """The records of ``f`` from where it stands, read in chunks (:func:`_cut`): of up to ``chunk`` with
+    ``fill`` (a held-back record and the next reads fill one chunk: the chunks :func:`_mapped_chunks`
+    makes), else each read of ``chunk`` records after what the last one held back (a compressed file's
+    chunks, as lotus always cut them). Returns (records, bytes of a truncated last record)."""
+    import numpy as np
+
+    from lotus.trace.native import RECORD_DTYPE
+
+    n, tail = 0, b""
+    while True:
+        raw = f.read(chunk * S.RECORD_SIZE - (len(tail) if fill else 0))
+        if not raw:
+            break
+        data = tail + raw if tail else raw
+        whole = _cut(data, len(data))
+        tail = data[whole:]
+        if whole:
+            arr = np.frombuffer(data, RECORD_DTYPE, count=whole // S.RECORD_SIZE)
+            n += len(arr)
+            yield arr
+    whole = len(tail) // S.RECORD_SIZE
+    if whole:  # a packed batch record held back for its pair, and the file ends there
+        n += whole
+        yield np.frombuffer(tail, RECORD_DTYPE, count=whole)
+    return n, len(tail) - whole * S.RECORD_SIZE
+
+
+def _mapped_chunks(f, offset: int, chunk: int):
+    """The records of the open plain file ``f`` after ``offset`` in chunks of up to ``chunk``, each a
+    read-only view of a mapping of its pages (``MAP_POPULATE``: mapped in one call, not faulted a page at a
+    time); a chunk that ends on a packed batch record leaves it to the next one, as :func:`_cut` (the last
+    record of the file excepted). The previous chunk's pages leave this process (``MADV_DONTNEED``) before
+    the next is mapped: its resident memory stays that of one chunk. A file that grows while it is read (a
+    live run) is read to its size when the reading reaches the end. Returns (records, bytes of a truncated
+    last record), or None where the file cannot be mapped (nothing yielded)."""
+    import mmap
+
+    import numpy as np
+
+    from lotus.trace.native import RECORD_DTYPE
+
+    fd = f.fileno()
+    flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
+    pos, prev, size = 0, None, 0
+    while True:
+        size = max(os.fstat(fd).st_size - offset, 0)
+        total = size // S.RECORD_SIZE
+        if pos >= total:
+            break
+        while pos < total:
+            end = min(pos + chunk, total)
+            first = offset + pos * S.RECORD_SIZE
+            base = first - first % mmap.ALLOCATIONGRANULARITY
+            if prev is not None:
+                prev.madvise(mmap.MADV_DONTNEED)
+            try:
+                prev = mmap.mmap(fd, offset + end * S.RECORD_SIZE - base, flags=flags, prot=mmap.PROT_READ,
+                                 offset=base)
+            except (OSError, ValueError):
+                if pos == 0:  # a file system without mmap: read instead
+                    return None
+                raise
+            arr = np.frombuffer(prev, RECORD_DTYPE, count=end - pos, offset=first - base)
+            if end - pos > 1 and arr["name_id"][-1] == S.EV_MAIN_BATCH:
+                arr = arr[:-1]
+            pos += len(arr)
+            yield arr
+            del arr
+    if prev is not None:
+        prev.madvise(mmap.MADV_DONTNEED)
+    return pos, size - pos * S.RECORD_SIZE
 
 
 def mark_continued(files: list[dict], info: dict) -> None:
