@@ -82,6 +82,14 @@ def _measured(b, replayed_only: bool) -> np.ndarray:
     return keep
 
 
+def rate_rows(batches, extra: tuple[str, ...] = ()):
+    """Of ``batches`` (or a piece of a run's rows), the rows :func:`loader_rates` measures (not
+    ``replayed_only``), only the columns it then reads (and ``extra``): :func:`loader_rates` of them, or of
+    their concatenation over the pieces of a run's rows, is that of the run."""
+    cols = [c for c in RATE_COLUMNS if c not in ("failed", "prep_dur_ns") and c in batches.columns]
+    return batches[[*cols, *extra]][_measured(batches, False)]
+
+
 def rate_frame(table, *, replayed_only: bool = False):
     """Of a scanned run's compact table, the DataFrame :func:`loader_rates` reads: its :data:`RATE_COLUMNS`,
     of the rows it measures only (made of those rows: neither the whole batches DataFrame nor a copy of
