@@ -140,9 +140,9 @@ def _part_figures(pieces, loaders: dict) -> tuple[dict, dict[int, int], dict[int
         del rows
         spans.append(loop_span_sums(piece))
         workers.append(worker_sums(piece))
-        for r, (w, st) in gpu_ms_by_rank(piece).items():
-            gpu.setdefault(r, ([], []))[0].append(w)
-            gpu[r][1].append(st)
+        for r, (w, st) in gpu_ms_by_rank(piece).items():  # all missing (no CUDA timings): a count
+            gpu.setdefault(r, ([], []))[0].append(len(w) if np.isnan(w).all() else w)
+            gpu[r][1].append(len(st) if np.isnan(st).all() else st)
         b = prepared(piece)
         del piece
         detail = "detail" in b.columns
@@ -175,12 +175,22 @@ def _part_figures(pieces, loaders: dict) -> tuple[dict, dict[int, int], dict[int
         add(rank, "busy_share_sum", s.sum())
     for rank in sorted(gpu):
         for key, arrays in zip(("gpu_wait_ns", "gpu_step_ns"), gpu.pop(rank), strict=True):
-            add(rank, key, np.nansum(arrays[0] if len(arrays) == 1 else np.concatenate(arrays)) * 1e6)
+            add(rank, key, _nansum(arrays) * 1e6)
     for rank, (total, detail_total) in sorted(prep.items()):
         add(rank, "prep_ns", total)
         if detail_total >= 0:
             add(rank, "detail_prep_ns", detail_total)
     return rates, main, out, steps
+
+
+def _nansum(arrays: list) -> float:
+    """``np.nansum`` of the arrays concatenated (an int: that many NaN), as numpy sums the one array (pairwise:
+    the same blocks); 0.0 where every value is NaN."""
+    if all(isinstance(a, int) for a in arrays):
+        return 0.0
+    if len(arrays) == 1:
+        return float(np.nansum(arrays[0]))
+    return float(np.nansum(np.concatenate([np.full(a, np.nan) if isinstance(a, int) else a for a in arrays])))
 
 
 def _figures(sums: dict, ops: dict[str, float], share: float) -> dict:
