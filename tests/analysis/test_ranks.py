@@ -203,8 +203,8 @@ def test_the_report_from_its_columns_only_is_the_report(slow_input, slow_step, e
 @pytest.mark.parametrize("engine", ["scan", "memory"])
 def test_the_report_a_rank_at_a_time_is_the_report(slow_input, slow_step, engine, monkeypatch):
     """`lotus analyze ranks` reads a scanned run's batches a few whole ranks at a time (Config.batches_by_rank,
-    pieces of a few rows cut at the ranks' rows): each part is those rows of the whole DataFrame, and the
-    report is the same as from the whole DataFrame."""
+    each part's rows as pieces of a few rows cut at the ranks' rows): the pieces are those rows of the whole
+    DataFrame, and the report is the same as from the whole DataFrame."""
     from lotus.analysis.ranks import RANK_BATCH_COLUMNS
     from lotus.query import batchtable, rankframes
 
@@ -212,17 +212,19 @@ def test_the_report_a_rank_at_a_time_is_the_report(slow_input, slow_step, engine
     for path, per in ((slow_input, 1), (slow_step, 170)):  # a rank a part / two ranks a part
         monkeypatch.setattr(rankframes, "RANK_ROWS", per)
         cfg = load_config(path, engine=engine)
-        got = cfg.batches_by_rank(RANK_BATCH_COLUMNS)  # the DataFrame itself where it is one part
+        got = cfg.batches_by_rank(RANK_BATCH_COLUMNS)  # the DataFrame itself where there is no table
         assert isinstance(got, pd.DataFrame) == (engine == "memory")
-        parts = [got] if isinstance(got, pd.DataFrame) else list(got)
+        parts = [[got]] if isinstance(got, pd.DataFrame) else [list(p) for p in got]
         whole = load_config(path, engine=engine)
         want = whole.batches[RANK_BATCH_COLUMNS]
         if engine == "scan":
             assert cfg.__dict__.get("_batches") is None and len(parts) == (4 if per == 1 else 2)
-            assert [sorted(set(p["rank"])) for p in parts] == ([[0], [1], [2], [3]] if per == 1 else [[0, 1], [2, 3]])
-            assert all(list(p.columns) == RANK_BATCH_COLUMNS for p in parts)
-        pd.testing.assert_frame_equal(pd.concat(parts, ignore_index=True), want.reset_index(drop=True),
-                                      check_exact=True)
+            assert [sorted(set(pd.concat(p)["rank"])) for p in parts] == ([[0], [1], [2], [3]] if per == 1
+                                                                         else [[0, 1], [2, 3]])
+            assert all(list(x.columns) == RANK_BATCH_COLUMNS and len(x) <= 7 for p in parts for x in p)
+            assert all(len(p) > 1 for p in parts)
+        pd.testing.assert_frame_equal(pd.concat([x for p in parts for x in p], ignore_index=True),
+                                      want.reset_index(drop=True), check_exact=True)
         report = dumps(rank_report(cfg.events, iter(parts), cfg.loaders, cfg.files))
         assert report == dumps(rank_report(whole.events, whole.batches, whole.loaders, whole.files))
 

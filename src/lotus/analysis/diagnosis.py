@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from lotus.analysis import compact, compactverdict
-from lotus.analysis.shares import GROUP, LOOP_SPAN_COLUMNS, UTILISATION_COLUMNS, utilisation_of, with_span_shares
+from lotus.analysis.shares import GROUP, epoch_spans_of, loop_spans_of, utilisation_of_parts
 from lotus.analysis.stats import (
     PER_BATCH_OPS,
     _excluded_keys,
@@ -61,27 +61,40 @@ def classify(wait_share: float | None) -> str:
 
 def loop_spans(batches):
     """Per (rank, loader, epoch): training-loop span, total wait and wait share (ns)."""
-    import pandas as pd
-
     if compact.is_table(batches):
         return compactverdict.loop_spans(batches)
+    return loop_spans_of([loop_span_sums(batches)])
+
+
+def loop_span_sums(batches):
+    """Per (rank, loader, epoch) of ``batches`` (a run's rows, or some of them: a piece): the loop's
+    ``batches``, first wait start, last consumption and wait (:func:`loop_spans` of pieces:
+    :func:`lotus.analysis.shares.loop_spans_of` of theirs); None without any such batch."""
+    import pandas as pd
+
     batches = ok_batches(batches)
     ok = (batches["wait_dur_ns"].notna() & batches["consumed_ns"].notna()).to_numpy(dtype=bool, na_value=False)
     b = batches[ok]
     if b.empty:
-        return pd.DataFrame(columns=LOOP_SPAN_COLUMNS)
+        return None
     g = b.groupby(GROUP, sort=True)
-    out = pd.DataFrame({
+    return pd.DataFrame({
         "batches": g.size(),
         "start_ns": g["wait_start_ns"].min().astype("int64"),
         "end_ns": g["consumed_ns"].max().astype("int64"),
         "wait_ns": g["wait_dur_ns"].sum().astype("int64"),
     }).reset_index()
-    return with_span_shares(out)
 
 
 def epoch_spans(batches):
     """Per (rank, loader, epoch): span of the epoch (ns) as used for worker utilisation."""
+    return epoch_spans_of([epoch_bounds(batches)])
+
+
+def epoch_bounds(batches):
+    """Per (rank, loader, epoch) of ``batches`` (or a piece of them): first start and last end of its ok
+    batches (Float64 ns), :func:`epoch_spans` before the span (of pieces:
+    :func:`lotus.analysis.shares.epoch_spans_of` of theirs)."""
     import pandas as pd
 
     cols = ["dispatch_ns", "wait_start_ns", "prep_start_ns", "consumed_ns", "prep_end_ns"]
@@ -94,25 +107,27 @@ def epoch_spans(batches):
     g = t.groupby(GROUP, sort=True)
     # exact integers back from the nullable floats via the original columns would be overkill: a span
     # is a difference of ~1e9, so float64 rounding (<= 256 ns) is irrelevant here
-    out = pd.DataFrame({"start_ns": g["start"].min(), "end_ns": g["end"].max()}).reset_index()
-    out["span_ns"] = (out["end_ns"] - out["start_ns"]).astype("float64")
-    return out
+    return pd.DataFrame({"start_ns": g["start"].min(), "end_ns": g["end"].max()}).reset_index()
 
 
 def worker_utilisation(batches):
     """Per (rank, worker_id): busy time (sum of fetch durations), epoch span, busy share, batches."""
-    import pandas as pd
-
     if compact.is_table(batches):
         return compactverdict.worker_utilisation(batches)
+    return utilisation_of_parts([worker_sums(batches)])
+
+
+def worker_sums(batches):
+    """Of ``batches`` (or a piece of them): (per (rank, worker_id, loader, epoch) the prepared batches and
+    their preparation time, None without any; :func:`epoch_bounds`), what :func:`worker_utilisation` sums
+    (of pieces: :func:`lotus.analysis.shares.utilisation_of_parts` of theirs)."""
     b = prepared(batches)
-    if b.empty:
-        return pd.DataFrame(columns=UTILISATION_COLUMNS)
-    spans = epoch_spans(batches).set_index(GROUP)["span_ns"]
+    if b.empty:  # its epochs' bounds still count where other pieces' batches of them were prepared
+        return None, epoch_bounds(batches)
     b = b.assign(worker_id=b["worker_id"].fillna(-1).astype("int64"))
     per_epoch = b.groupby(["rank", "worker_id", *GROUP[1:]], sort=True).agg(
         batches=("batch_id", "size"), busy_ns=("prep_dur_ns", "sum")).reset_index()
-    return utilisation_of(per_epoch, spans)
+    return per_epoch, epoch_bounds(batches)
 
 
 def _prep_total(batches, *, detail_only: bool = False) -> float:

@@ -104,11 +104,8 @@ def gpu_batches(batches, kineto: dict[int, KinetoGPU] | None = None):
     b = batches[batches["consumed_ns"].notna()].copy()
     out = pd.DataFrame({
         "rank": b["rank"].to_numpy(), "loader": b["loader"].to_numpy(), "epoch": b["epoch"].to_numpy(),
-        "batch_id": b["batch_id"].to_numpy(),
-        "wait_ms": b["wait_dur_ns"].astype("float64").to_numpy() / 1e6,
-        "gpu_wait_ms": b["gpu_wait_ns"].astype("float64").to_numpy() / 1e6,
-        "gpu_step_ms": b["gpu_step_ns"].astype("float64").to_numpy() / 1e6,
-        "kineto_idle_ms": np.nan,
+        "batch_id": b["batch_id"].to_numpy(), "wait_ms": _ms(b["wait_dur_ns"]),
+        "gpu_wait_ms": _ms(b["gpu_wait_ns"]), "gpu_step_ms": _ms(b["gpu_step_ns"]), "kineto_idle_ms": np.nan,
     })
     if kineto:
         lo = b["wait_start_ns"].astype("float64").to_numpy()
@@ -121,6 +118,22 @@ def gpu_batches(batches, kineto: dict[int, KinetoGPU] | None = None):
                 idle = idle_within(busy, lo[sel].astype(np.int64), hi[sel].astype(np.int64))
                 out.loc[sel, "kineto_idle_ms"] = idle / 1e6
     return out
+
+
+def _ms(column) -> np.ndarray:
+    """A column of ns as float64 ms (NaN where missing)."""
+    return column.astype("float64").to_numpy() / 1e6
+
+
+def gpu_ms_by_rank(batches) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per rank, the ``gpu_wait_ms`` and ``gpu_step_ms`` of its rows of :func:`gpu_batches` (in their order),
+    without the rest of that frame: of pieces of a run's rows, each rank's arrays concatenated are its."""
+    keep = batches["consumed_ns"].notna().to_numpy(dtype=bool)
+    rank = batches["rank"].to_numpy()[keep]
+    wait, step = _ms(batches["gpu_wait_ns"][keep]), _ms(batches["gpu_step_ns"][keep])
+    if len(rank) and (rank == rank[0]).all():
+        return {int(rank[0]): (wait, step)}
+    return {int(r): (wait[rank == r], step[rank == r]) for r in np.unique(rank).tolist()}
 
 
 def _dist(values: np.ndarray) -> dict | None:

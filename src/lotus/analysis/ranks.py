@@ -26,8 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from lotus.analysis import collective
-from lotus.analysis.diagnosis import _NOT_OPS, loop_spans, worker_utilisation
+from lotus.analysis.diagnosis import _NOT_OPS, loop_span_sums, worker_sums
 from lotus.analysis.htmlfmt import pct
+from lotus.analysis.shares import loop_spans_of, utilisation_of_parts
 from lotus.analysis.stats import PER_BATCH_OPS, op_engine, op_names, prepared
 
 RANK_COLUMNS = ["rank", "node", "loader", "batches", "samples_per_s", "ci95_lo", "ci95_hi", "rate_note", "wait_share",
@@ -115,37 +116,81 @@ def main_loaders(rates: dict) -> dict[int, int]:
     return {r: lo for r, (lo, _) in best.items()}
 
 
-def _sums_by_rank(batches, loaders: dict[int, int]) -> dict[int, dict]:
-    """Per rank, the additive parts of its figures (so that a node's are sums of its ranks')."""
-    from lotus.analysis.gpu import gpu_batches
+def _part_figures(pieces, loaders: dict) -> tuple[dict, dict[int, int], dict[int, dict], dict]:
+    """(:func:`lotus.analysis.throughput.loader_rates`, :func:`main_loaders`, per rank the additive parts of its
+    figures (so that a node's are sums of its ranks'), :func:`lotus.analysis.collective.step_rows`) of the
+    ranks of ``pieces``: DataFrames of consecutive rows of those ranks, every row of each, read one after the
+    other. Each piece's rows are reduced as it comes (per group sums, minima and maxima of integers: exact in
+    any order); what needs all of a rank's rows at once keeps only its values: the measured rows' key and
+    times (:func:`lotus.analysis.throughput.rate_rows`, of which the rates and the step rows are made), the
+    GPU times in ms (summed as one array, as numpy sums it)."""
+    import pandas as pd
 
+    from lotus.analysis.gpu import gpu_ms_by_rank
+    from lotus.analysis.throughput import loader_rates, rate_rows
+
+    cols: dict[str, list] = {}
+    spans, workers = [], []
+    gpu: dict[int, tuple[list, list]] = {}
+    prep: dict[int, list[int]] = {}  # rank -> [preparation ns, of the detail batches (-1: no detail column)]
+    for piece in pieces:
+        rows = rate_rows(piece, ("batch_id", "wait_start_ns"))
+        for c in rows.columns:
+            cols.setdefault(c, []).append(rows[c])
+        del rows
+        spans.append(loop_span_sums(piece))
+        workers.append(worker_sums(piece))
+        for r, (w, st) in gpu_ms_by_rank(piece).items():  # all missing (no CUDA timings): a count
+            gpu.setdefault(r, ([], []))[0].append(len(w) if np.isnan(w).all() else w)
+            gpu[r][1].append(len(st) if np.isnan(st).all() else st)
+        b = prepared(piece)
+        del piece
+        detail = "detail" in b.columns
+        for r, v in b.groupby("rank", sort=True)["prep_dur_ns"].sum().items():
+            prep.setdefault(int(r), [0, 0 if detail else -1])[0] += int(v)
+        if detail:
+            b = b[b["detail"].to_numpy(dtype=bool, na_value=False)]
+            for r, v in b.groupby("rank", sort=True)["prep_dur_ns"].sum().items():
+                prep[int(r)][1] += int(v)
+        del b
+    rate = pd.DataFrame({c: pd.concat(cols.pop(c), ignore_index=True) for c in list(cols)}, copy=False)
+    rates = loader_rates(rate, loaders)
+    main = main_loaders(rates)
+    steps = collective.step_rows(rate, main)
+    del rate
     out: dict[int, dict] = {}
 
     def add(rank, key, value):
         out.setdefault(int(rank), dict.fromkeys(_SUMS, 0.0))[key] += float(value)
 
-    spans = loop_spans(batches)
-    spans = spans[(spans["loader"] == spans["rank"].map(loaders)).to_numpy(dtype=bool, na_value=False)]
+    spans = loop_spans_of(spans)
+    spans = spans[(spans["loader"] == spans["rank"].map(main)).to_numpy(dtype=bool, na_value=False)]
     for rank, g in spans.groupby("rank", sort=True):
         add(rank, "loop_ns", g["span_ns"].sum())
         add(rank, "wait_ns", g["wait_ns"].sum())
-    util = worker_utilisation(batches)
+    util = utilisation_of_parts(workers)
     for rank, g in util.groupby("rank", sort=True):
         s = g["busy_share"].dropna()
         add(rank, "workers", len(s))
         add(rank, "busy_share_sum", s.sum())
-    gpu = gpu_batches(batches)
-    for rank, g in gpu.groupby("rank", sort=True):
-        add(rank, "gpu_wait_ns", np.nansum(g["gpu_wait_ms"].to_numpy()) * 1e6)
-        add(rank, "gpu_step_ns", np.nansum(g["gpu_step_ms"].to_numpy()) * 1e6)
-    prep = prepared(batches)
-    for rank, v in prep.groupby("rank", sort=True)["prep_dur_ns"].sum().items():
-        add(rank, "prep_ns", v)
-    if "detail" in prep.columns:
-        detail = prep[prep["detail"].to_numpy(dtype=bool, na_value=False)]
-        for rank, v in detail.groupby("rank", sort=True)["prep_dur_ns"].sum().items():
-            add(rank, "detail_prep_ns", v)
-    return out
+    for rank in sorted(gpu):
+        for key, arrays in zip(("gpu_wait_ns", "gpu_step_ns"), gpu.pop(rank), strict=True):
+            add(rank, key, _nansum(arrays) * 1e6)
+    for rank, (total, detail_total) in sorted(prep.items()):
+        add(rank, "prep_ns", total)
+        if detail_total >= 0:
+            add(rank, "detail_prep_ns", detail_total)
+    return rates, main, out, steps
+
+
+def _nansum(arrays: list) -> float:
+    """``np.nansum`` of the arrays concatenated (an int: that many NaN), as numpy sums the one array (pairwise:
+    the same blocks); 0.0 where every value is NaN."""
+    if all(isinstance(a, int) for a in arrays):
+        return 0.0
+    if len(arrays) == 1:
+        return float(np.nansum(arrays[0]))
+    return float(np.nansum(np.concatenate([np.full(a, np.nan) if isinstance(a, int) else a for a in arrays])))
 
 
 def _figures(sums: dict, ops: dict[str, float], share: float) -> dict:
@@ -169,28 +214,25 @@ def rank_report(events, batches, loaders: dict, files: list[dict]) -> dict:
     {...}, "straggler": {...} | None}`` (rows: :data:`RANK_COLUMNS` and ``loader``; ``loader``: the ranks'
     main loader, or None where they differ; see the module doc).
 
-    ``batches``: the batches DataFrame, or an iterable of DataFrames that split its rows by rank (each rank's
-    rows in one of them, in their order: :meth:`lotus.analysis.runs.Config.batches_by_rank`), read one after
-    the other: every figure but the step table is a rank's own, and the step table reads only a few columns
-    of each (:func:`lotus.analysis.collective.step_rows`); the same report."""
+    ``batches``: the batches DataFrame, or an iterable of parts that split its rows by rank (each rank's rows
+    in one of them, in their order: :meth:`lotus.analysis.runs.Config.batches_by_rank`), read one after the
+    other; a part is a DataFrame or an iterable of DataFrames, pieces of its rows in order, reduced one at a
+    time (:func:`_part_figures`): every figure but the step table is a rank's own, and the step table reads
+    only a few columns of each (:func:`lotus.analysis.collective.step_rows`); the same report."""
     import pandas as pd
 
     from lotus.analysis.steady import combine
-    from lotus.analysis.throughput import loader_rates
 
     rates: dict = {}
     main: dict[int, int] = {}
     sums: dict[int, dict] = {}
     step_parts = []
-    whole = isinstance(batches, pd.DataFrame)
-    for part in [batches] if whole else batches:
-        got = loader_rates(part, loaders)
-        mine = main_loaders(got)
+    for part in [batches] if isinstance(batches, pd.DataFrame) else batches:
+        got, mine, part_sums, steps = _part_figures([part] if isinstance(part, pd.DataFrame) else part, loaders)
         rates.update(got)
         main.update(mine)
-        sums.update(_sums_by_rank(part, mine))
-        if not whole or len(mine) >= 2:  # every rank at once: fewer than two, no step table to make
-            step_parts.append(collective.step_rows(part, mine))
+        sums.update(part_sums)
+        step_parts.append(steps)
         del part
     nodes = rank_nodes(files)
     ops, detail = rank_op_totals(events)

@@ -118,27 +118,25 @@ class Config:
         return self.batches[columns]
 
     def batches_by_rank(self, columns: list[str]):
-        """:meth:`batches_of` in parts of whole ranks (rank order; each part's rows in the order of the whole,
-        indexed from 0), an iterator: a scanned run's made from its table a few ranks at a time
-        (:func:`lotus.query.rank_frames`: one part's DataFrame in memory at once);
-        where that is one part (a small table, the ranks' rows within one part) or there is no table, the
-        DataFrame of :meth:`batches_of` itself."""
+        """:meth:`batches_of` in parts of whole ranks (rank order; each part's rows in the order of the whole),
+        an iterator of parts, each an iterator of DataFrames: pieces of its rows in order (indexed from 0),
+        to be read in turn: a scanned run's made from its table a piece at a time
+        (:func:`lotus.query.rank_pieces`: one piece's DataFrame in memory at once, never a rank's);
+        where the table is small or there is none, the DataFrame of :meth:`batches_of` itself."""
         from lotus.query import rank_parts
 
         t = self.table
-        if t is not None and not t.partial and self.__dict__.get("_batches") is None:
-            parts = rank_parts(t)
-            if parts is not None and len(parts) > 1:
-                return self._rank_parts(t, columns)
+        if t is not None and not t.partial and self.__dict__.get("_batches") is None and rank_parts(t) is not None:
+            return self._rank_parts(t, columns)
         return self.batches_of(columns)
 
     @staticmethod
     def _rank_parts(table, columns: list[str]):
-        from lotus.query import rank_frames
+        from lotus.query import rank_pieces
 
-        for _ranks, part in rank_frames(table, columns):
-            yield part
-            del part  # not held while the next part is made
+        for _ranks, pieces in rank_pieces(table, columns):
+            yield pieces
+            del pieces
 
     @property
     def files(self) -> list[dict]:

@@ -218,8 +218,12 @@ def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int)
     for t, n, st, ep in parts:
         if st >= len(t):
             continue
-        d = np.diff(t[st - 1:]) / 1e9
-        e = n[st:] - rate * d
+        # per hand-off arrays made in place and dropped once used (the same values: a window of every batch
+        # of a 1B-event run is 4.3M of each)
+        d = np.diff(t[st - 1:])
+        d /= 1e9
+        e = rate * d
+        np.subtract(n[st:], e, out=e)  # n - rate x gap
         unit = np.full(len(e), -1)  # the restart unit of each hand-off (-1: inside an epoch)
         epoch = np.zeros(len(e), dtype=np.int64) if ep is None else np.asarray(ep[st:], dtype=np.int64)
         if ep is not None:
@@ -229,15 +233,20 @@ def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int)
             for j, s0 in enumerate(starts):
                 unit[s0:s0 + refill] = np.where(unit[s0:s0 + refill] < 0, j, unit[s0:s0 + refill])
         inside = unit < 0
-        tag = epoch + (len(e_in) << 32)  # epochs of different parts (segments) are different groups
-        e_in.append((e[inside], d[inside], n[st:][inside], tag[inside]))
-        if len(tag):
-            partial.update({int(tag[0]), int(tag[-1])})
+        shift = len(e_in) << 32  # epochs of different parts (segments) are different groups
+        if len(epoch):
+            partial.update({int(epoch[0]) + shift, int(epoch[-1]) + shift})
         if not inside.all():
             ids = unit[~inside]
             keep = np.unique(ids)
             e_re.append((np.bincount(ids, weights=e[~inside])[keep], np.bincount(ids, weights=d[~inside])[keep],
                          np.bincount(ids, weights=n[st:][~inside])[keep]))
+            del ids
+        del unit
+        e = e[inside]
+        d = float(d[inside].sum())  # only their sums are read below
+        e_in.append((e, d, float(n[st:][inside].sum()), epoch[inside] + shift))
+        del e, d, epoch, inside
     n_in = sum(len(x[0]) for x in e_in)
     size = round_len * max(1, math.ceil(n_in / (round_len * MAX_BLOCKS)))
     if n_in < MIN_BLOCKS * size:
@@ -258,8 +267,8 @@ def _stratified(parts, rate: float, total_d: float, round_len: int, refill: int)
         rel = math.sqrt(max(v_in, 0.0) / m) / (rate * total_d / m) if rate and total_d > 0 else 0.0
         parts_v.append(((max(rel, 0.2) * rate * gap_s) ** 2, m - 1))
     if k:
-        in_s = sum(float(x[1].sum()) for x in e_in)
-        pace = sum(float(x[2].sum()) for x in e_in) / in_s if in_s > 0 else rate  # samples/s inside epochs
+        in_s = sum(x[1] for x in e_in)
+        pace = sum(x[2] for x in e_in) / in_s if in_s > 0 else rate  # samples/s inside epochs
         re_s = np.concatenate([x[1] for x in e_re])
         re_n = np.concatenate([x[2] for x in e_re])
         excess = float(np.mean(re_s - re_n / pace)) if pace > 0 else 0.0
@@ -289,9 +298,10 @@ def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=Non
     t_all = np.asarray(t_ns)
     # from the first hand-off, in integer ns first: wall-clock ns in float64 are 256 ns apart (a window's
     # seconds were off by up to half a microsecond: the loop "waited 100.002% of the window")
-    if t_all.dtype.kind in "iu" and len(t_all):
-        t_all = t_all - t_all[0]
-    t_all = t_all.astype(np.float64)
+    if t_all.dtype.kind in "iu" and len(t_all):  # the integer difference, then as float64 (one array made)
+        t_all = np.subtract(t_all, t_all[0], out=np.empty(len(t_all), np.float64))
+    else:
+        t_all = t_all.astype(np.float64)
     n_all = np.ones(len(t_all)) if samples is None else np.nan_to_num(np.asarray(samples, dtype=np.float64))
     round_len = max(int(workers), 1)
     k = max(int(ramp), 1)

@@ -62,6 +62,13 @@ def _workers(desc: dict | None) -> int:
 RATE_COLUMNS = ("rank", "loader", "epoch", "consumed_ns", "n_samples", "prep_dur_ns", "wait_dur_ns", "failed")
 
 
+def _floats(column) -> np.ndarray:
+    """A column as a new float64 array, NaN where missing (its ``astype("Float64")``'s values, without that
+    copy)."""
+    out = column.to_numpy(np.float64, na_value=np.nan)
+    return out if out.flags.owndata and out.flags.writeable else out.copy()  # never a view of the column
+
+
 def _groups(b):
     """``b.groupby(["rank", "loader"], sort=True)``'s groups; one group: ``b`` itself (no copy of it)."""
     if len(b) and not (b["rank"].isna().any() or b["loader"].isna().any()):
@@ -80,6 +87,14 @@ def _measured(b, replayed_only: bool) -> np.ndarray:
     if replayed_only:
         keep &= b["prep_dur_ns"].isna().to_numpy(dtype=bool, na_value=True)
     return keep
+
+
+def rate_rows(batches, extra: tuple[str, ...] = ()):
+    """Of ``batches`` (or a piece of a run's rows), the rows :func:`loader_rates` measures (not
+    ``replayed_only``), only the columns it then reads (and ``extra``): :func:`loader_rates` of them, or of
+    their concatenation over the pieces of a run's rows, is that of the run."""
+    cols = [c for c in RATE_COLUMNS if c not in ("failed", "prep_dur_ns") and c in batches.columns]
+    return batches[[*cols, *extra]][_measured(batches, False)]
 
 
 def rate_frame(table, *, replayed_only: bool = False):
@@ -102,23 +117,21 @@ def loader_rates(batches, loaders: dict | None = None, *, replayed_only: bool = 
     spread = default_run_spread()
     for (rank, loader), g in _groups(b):
         desc = (loaders or {}).get((int(rank), int(loader))) or {}
-        n = g["n_samples"].astype("Float64")
+        nn = _floats(g["n_samples"])
         fallback = _batch_size(loaders, int(rank), int(loader))
         if fallback is not None:
-            n = n.fillna(fallback)
+            nn[np.isnan(nn)] = fallback
         t = g["consumed_ns"].to_numpy(np.int64)
         order = None if len(t) < 2 or bool((t[1:] >= t[:-1]).all()) else np.argsort(t, kind="stable")
-        nn = n.to_numpy(np.float64, na_value=np.nan)
         ep = g["epoch"].to_numpy()
         if order is not None:  # in hand-off order already (a stable sort would keep them): no permutation
             t, nn, ep = t[order], nn[order], ep[order]
-        del n
         r = steady_rate(t, nn, ramp=1 if replayed_only else ramp_batches(desc), workers=_workers(desc),
                         segments=ep if replayed_only else None, epochs=ep)
         r = with_run_spread(r, spread, RUN_SPREAD_DOF)
         first = len(t) - r.batches  # one stretch: the window's batches are the last r.batches
         if not replayed_only and r.window_s > 0 and 0 < first < len(t) and "wait_dur_ns" in g.columns:
-            wait = g["wait_dur_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
+            wait = _floats(g["wait_dur_ns"])
             wait = wait if order is None else wait[order]
             if np.isfinite(wait[first:]).any():
                 r.extra["wait_share"] = float(np.nansum(wait[first:])) / 1e9 / r.window_s

@@ -166,9 +166,21 @@ def worker_latencies(b, have):
     if b["dispatch_ns"].isna().all():
         return None, None
     lat, gap = [], []
-    sub = b[have & b["worker_id"].notna().to_numpy(dtype=bool, na_value=False)]
-    for _, g in sub.groupby(["rank", "epoch", "worker_id"], sort=False):
-        g = g.sort_values("prep_start_ns")
+    # each (rank, epoch, worker)'s rows in their order, taken one group at a time: groupby's groups without
+    # its sorted copy of the frame (the medians do not depend on the groups' order)
+    keys = ("rank", "epoch", "worker_id")
+    keep = have.copy()
+    for k in keys:
+        keep &= b[k].notna().to_numpy(dtype=bool, na_value=False)
+    rows = np.flatnonzero(keep)
+    del keep
+    code = np.zeros(len(rows), np.int64)
+    for k in keys:
+        _, inv = np.unique(b[k].to_numpy(np.int64, na_value=0)[rows], return_inverse=True)
+        code = code * (int(inv.max()) + 1 if len(inv) else 1) + inv
+    del inv
+    for c in np.unique(code).tolist():
+        g = b.take(rows[code == c]).sort_values("prep_start_ns")
         start, end, disp = _f64(g["prep_start_ns"]), _f64(g["prep_end_ns"]), _f64(g["dispatch_ns"])
         prev_end = np.r_[np.nan, end[:-1]]  # a worker's first batch waits for its start-up: left out
         idle = disp > prev_end

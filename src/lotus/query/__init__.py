@@ -24,7 +24,7 @@ _MODULES = {
         "fetch_outcomes", "detail_share", "outcome_summary", "failed_mask", "worker_label",
     ],
     "lotus.query.batchtable": ["BatchTable"],
-    "lotus.query.rankframes": ["rank_frames", "rank_parts"],
+    "lotus.query.rankframes": ["rank_parts", "rank_pieces"],
     "lotus.query.batchparts": ["SUMMARY_COLUMNS"],
     "lotus.query.scan": ["scan_run"],
     "lotus.query.rescan": ["batches_of_scan", "export_events", "op_chunks", "window_scan"],
