@@ -205,3 +205,19 @@ def test_runs_beyond_the_cpus_identify_the_cost_of_time_slicing(make_run):
     assert any("time-slicing" in n for n in m.notes)
     within = fit([make_run(f"c{w}", n_workers=w, cpus=16, slicing=0.2, step_ms=2, seed=60 + w) for w in (2, 4, 8)])
     assert within.slicing == 0.0  # never beyond the CPUs: nothing to fit, nothing assumed
+
+
+def test_slicing_is_searched_beside_one_other_parameter_at_most(make_run):
+    """Runs that would free the CPU fraction, the contention and slicing at once leave slicing at 0 (three
+    parameters on a few runs: neither identified nor cheap), and say it was not fitted."""
+    from lotus.model.fitting import _fit_cpu, _observed
+    from lotus.sim import CpuModel
+
+    kw = dict(slicing=0.2, step_ms=2, n_batches=160)
+    runs = [make_run("fr1", n_workers=2, cpus=8, seed=71, **kw), make_run("fr2", n_workers=12, cpus=4, seed=72, **kw),
+            make_run("fr3", n_workers=16, cpus=2, seed=73, **kw)]
+    obs = [_observed(r) for r in runs]
+    _cpu, alpha, phi, sliced = _fit_cpu(obs, CpuModel(), None, None)
+    assert alpha and phi and not sliced and _cpu.slicing == 0.0
+    _cpu, _alpha, _phi, sliced = _fit_cpu(obs, CpuModel(), 0.0, None)  # contention fixed: slicing beside phi
+    assert sliced

@@ -333,10 +333,13 @@ def _fit_cpu(obs: list[Observation], template: CpuModel, contention: float | Non
     if len(runs) == 2 and can_phi:
         can_alpha = False
     beyond = [max(p - 1.0, 0.0) for p in ps]
-    # time-slicing's own cost: runs beyond the CPUs at two levels, with the CPU fraction measured or fixed
-    # (else a CPU fraction below 1 and a cost of slicing trade off against each other on two runs)
+    # time-slicing's own cost: runs beyond the CPUs at two levels, with at most one other parameter searched
+    # beside it (the CPU fraction measured or fixed; else three runs, and the contention not searched): a CPU
+    # fraction below 1 and a cost of slicing trade off against each other on two runs, and three parameters
+    # on a few runs are neither identified nor cheap (41 x 201 x 101 candidates a fit)
+    free = (cpu_fraction is None and can_phi) + (contention is None and can_alpha)
     can_slice = not within and len(runs) >= 2 and slicing is None and max(beyond) - min(beyond) >= SLICING_SPAN \
-        and (cpu_fraction is not None or len(runs) >= 3)
+        and (cpu_fraction is not None or len(runs) >= 3) and free <= 1
     phis = [cpu_fraction] if cpu_fraction is not None else (np.linspace(0, 1, 41) if can_phi else [1.0])
     alphas = [contention] if contention is not None else (np.linspace(0, 1, 201) if can_alpha else [0.0])
     slices = np.linspace(0, 0.5, 101) if can_slice else [slicing or 0.0]

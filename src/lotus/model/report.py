@@ -162,8 +162,7 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
                              if len(warm) == 2 else "") + ")")
     if t.num_workers == 0 and any(w > 0 for w in workers):
         notes += _worker_path(model, shm_probe)
-    if check is None:
-        notes += _slicing_note(model, workers, cpus)
+    notes += _slicing_note(model, table)
     return WhatIf(model=model, predictions=table, measured=measured, cache=steady, cache_epochs=per_epoch,
                   dataset=dataset, notes=notes + model.notes, check=check)
 
@@ -190,15 +189,13 @@ def _check_runs(model, runs, fit_runs, shm_probe: bool):
     return check_probes(probes, fit, predict)
 
 
-def _slicing_note(model, workers, cpus) -> list[str]:
-    """One run: where the grid time-slices its CPUs at another level than the traced run did, the cost of it."""
+def _slicing_note(model, table) -> list[str]:
+    """Where the table holds bounds (:func:`lotus.model.engine.slicing_bound`: rows that time-slice their CPUs
+    at another level than the runs, whose cost none of them fitted), why."""
+    if "bound" not in table or not table["bound"].notna().any():
+        return []
     t = model.traced
-    if not t.cpus or model.slicing:
-        return []
-    at = {w: model.cpu.stretch(w, c) for w in workers if w > 0 for c in (cpus or [t.cpus]) if c}
-    traced = model.cpu.stretch(t.num_workers, t.cpus) if t.num_workers > 0 else 1.0
-    if not any(abs(s - traced) >= 0.5 and max(s, traced) > 1.0 for s in at.values()):
-        return []
+    traced = t.cpu_stretch if t.num_workers > 0 and t.cpu_stretch else 1.0
     return [f"beyond the CPUs (more runnable than CPUs: workers time-sliced): one run cannot tell what the slicing "
             f"itself costs (caches refilled at every turn: +26% CPU a batch for JPEG-decoding workers on the GPU "
             f"host from 8 to 16 workers on 4 CPUs, none for small Python samples), so predictions at another level "
