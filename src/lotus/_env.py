@@ -13,6 +13,7 @@ DETAIL_BUDGET = "LOTUS_DETAIL_BUDGET_PCT"  # the detail budget, percent of the p
 STEPS = "LOTUS_STEPS"  # lotus run --steps N: end the job after N consumed batches of one loader
 PRECISION = "LOTUS_PRECISION"  # lotus run --precision P: end the job once its steady rate is known to +-P
 PROBE_MAX_S = "LOTUS_PROBE_MAX_S"  # lotus run --max-seconds S: end a probe after S seconds of hand-offs
+STOP_BELOW = "LOTUS_STOP_BELOW"  # lotus run --below R: end a probe once its rate's interval lies under R samples/s
 # live metrics sinks (lotus.live.sinks): a sidecar process follows the trace and publishes
 TENSORBOARD = "LOTUS_TENSORBOARD"  # DIR: TensorBoard scalars under DIR/lotus/
 PROMETHEUS = "LOTUS_PROMETHEUS"  # [HOST:]PORT: a Prometheus endpoint

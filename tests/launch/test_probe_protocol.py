@@ -53,6 +53,51 @@ def test_a_cap_that_ends_a_probe_before_its_interval_says_so(tmp_path):
     assert "note: " in r.stderr and "before +-3%" not in r.stderr.split("ended:")[1].splitlines()[0]
 
 
+@pytest.mark.timeout(240)
+def test_a_probe_shown_below_the_rate_it_must_reach_ends_early(tmp_path):
+    # the job runs ~1,100-2,000 samples/s (4 samples per ~2-3.5 ms): asked to reach 50,000 it is shown under it
+    # after a few blocks, long before --precision 0.0001 or --steps could end it
+    args = [sys.executable, TRAIN, "--workers", 0, "--epochs", 1000, "--n", 64, "--sleep", 0.002]
+    p = launch(args, LaunchOptions(trace_dir=tmp_path / "b", steps=3000, precision=0.0001, below=50000.0,
+                                   capture=True))
+    assert p.ok and p.stopped_by == "below", p.stderr_tail()
+    assert p.ci95[1] < 50000 and p.summary()["batches"] < 3000
+    run = json.loads((tmp_path / "b" / "lotus-run.json").read_text())
+    assert run["below"] == 50000.0
+    # a rate it does reach never ends it that way: the cap does
+    q = launch(args, LaunchOptions(trace_dir=tmp_path / "a", steps=60, precision=0.0001, below=10.0, capture=True))
+    assert q.ok and q.stopped_by == "steps"
+    r = lotus_run("-o", tmp_path / "t", "--steps", 3000, "--below", 50000, "--", *args)
+    assert r.returncode == 0 and "ended: interval wholly under --below" in r.stderr, r.stderr
+
+
+def test_stop_rule_below_needs_its_blocks_and_the_whole_interval_under():
+    from lotus.dataloader.probe import MIN_BLOCKS_BELOW, MIN_BLOCKS_TO_STOP, StopRule
+
+    def feed(rule, n, gap_ns=10_000_000, workers=2):
+        """n hand-offs 10 ms apart (+-1 ms), batch of 1 sample: 100 samples/s; returns the first stop."""
+        import random
+
+        rng, t = random.Random(1), 0
+        for i in range(1, n + 1):
+            t += gap_ns + rng.randint(-1_000_000, 1_000_000)
+            why = rule.check(i, (i - 1, t), workers, 2)
+            if why:
+                return why, i
+        return None, n
+
+    why, at = feed(StopRule(precision=None, max_s=None, below=150.0), 400)
+    assert why == "below"
+    ramp = 2 * 2
+    assert ramp + MIN_BLOCKS_BELOW * 2 <= at < ramp + MIN_BLOCKS_TO_STOP * 2 + 16  # before precision's window
+    assert StopRule(precision=None, max_s=None, below=150.0).check(0, None, 2, 2) is None
+    near = feed(StopRule(precision=None, max_s=None, below=103.0), 400)  # closer: more batches to show it
+    assert near[0] == "below" and near[1] > at
+    assert feed(StopRule(precision=None, max_s=None, below=90.0), 400)[0] is None  # above it: never "below"
+    why, at = feed(StopRule(precision=0.05, max_s=None, below=90.0), 4000)
+    assert why == "precision"
+
+
 def test_ended_words_why_a_probe_ended():
     from lotus.commands.run import _ended
 
@@ -62,6 +107,7 @@ def test_ended_words_why_a_probe_ended():
     assert _ended("steps", 100, None, None) == "; ended: --steps, before the rate had an interval"
     assert _ended(None, 100, 0.01, None) == "; ended: the job ended before --steps"
     assert _ended(None, None, 0.2, None) == ""
+    assert _ended("below", 100, 0.2, None) == "; ended: interval wholly under --below"
 
 
 def test_bad_probe_options_are_refused_before_anything_starts(tmp_path):
@@ -71,3 +117,21 @@ def test_bad_probe_options_are_refused_before_anything_starts(tmp_path):
         launch([sys.executable, TRAIN], LaunchOptions(trace_dir=tmp_path, steps=5, precision=2.0))
     r = lotus_run("-o", tmp_path / "x", "--precision", 0.03, "--", sys.executable, TRAIN)
     assert r.returncode == 2 and "--steps" in r.stderr
+    with pytest.raises(LaunchError, match="--steps"):
+        launch([sys.executable, TRAIN], LaunchOptions(trace_dir=tmp_path, below=10.0))
+    with pytest.raises(LaunchError, match="above 0"):
+        launch([sys.executable, TRAIN], LaunchOptions(trace_dir=tmp_path, steps=5, below=-1.0))
+    r = lotus_run("-o", tmp_path / "y", "--below", 10, "--", sys.executable, TRAIN)
+    assert r.returncode == 2 and "--steps" in r.stderr
+
+
+def test_below_is_given_in_samples_and_compared_in_batches(monkeypatch):
+    from lotus import _env
+    from lotus.dataloader.config import stop_rule
+
+    monkeypatch.setenv(_env.STOP_BELOW, "160")
+    assert stop_rule(1, 16).below == pytest.approx(10.0)  # the rule times hand-offs: batches/s
+    assert stop_rule(1, None) is None  # no batch size (a batch sampler of its own): nothing else asked for
+    monkeypatch.setenv(_env.PRECISION, "0.03")
+    assert stop_rule(1, None).below is None and stop_rule(1, None).precision == 0.03
+    assert stop_rule(2, 16) is None  # several ranks end at --steps

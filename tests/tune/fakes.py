@@ -54,16 +54,24 @@ class FakeJob:
     pf_gain: float = 0.10  # what prefetch_factor >= 4 adds
     ci_rel: float | None = None  # each probe's 95% interval: +-this share of its rate (None: no interval)
     calls: list = field(default_factory=list)
+    belows: list = field(default_factory=list)  # the ``below`` of each call (None: not passed)
     seed: int = 0
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
 
-    def __call__(self, settings: LoaderSettings, phase: str, steps: int | None = None) -> Measurement:
-        self.clock.t += self.wall_s
+    def __call__(self, settings: LoaderSettings, phase: str, steps: int | None = None,
+                 below: float | None = None) -> Measurement:
         steps = steps or self.default_steps
         eff = settings.over(self.own)
         self.calls.append((phase, eff, steps))
+        self.belows.append(below)
+        wall = self.wall_s
+        if below is not None and self.ci_rel is not None:  # a probe shown worse ends early (a third of the time)
+            r = truth(eff.num_workers, eff.prefetch_factor or 2, bool(eff.pin_memory), self.pf_gain)
+            if r * (1 + self.ci_rel) < below:
+                wall = self.wall_s / 3
+        self.clock.t += wall
         if eff.num_workers in self.crash_at and phase != "baseline":
             return Measurement(settings=settings, samples_per_s=None, wall_s=self.wall_s, exit_code=1,
                                stderr_tail="Traceback ...\nRuntimeError: worker killed (out of memory)", steps=steps)
@@ -79,8 +87,9 @@ class FakeJob:
                             epochs_crossed=crossed)
         wait = self.wait_share if eff.num_workers else 0.9
         ci = (rate * (1 - self.ci_rel), rate * (1 + self.ci_rel)) if self.ci_rel is not None else None
-        return Measurement(settings=settings, samples_per_s=rate, wait_share=wait, wall_s=self.wall_s,
-                           effective=eff, cuda=self.cuda, epochs=epochs, steps=steps, ci95=ci)
+        return Measurement(settings=settings, samples_per_s=rate, wait_share=wait, wall_s=wall,
+                           effective=eff, cuda=self.cuda, epochs=epochs, steps=steps, ci95=ci,
+                           stopped_by="below" if wall < self.wall_s else None)
 
 
 class FakeModel:

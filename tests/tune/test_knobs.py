@@ -127,7 +127,7 @@ def test_never_recommends_what_measured_slower_than_the_job():
     job = FakeJob(batches_per_epoch=10, restart_s=0.5, default_steps=20,
                   own=LoaderSettings(num_workers=6, prefetch_factor=2, pin_memory=False, persistent_workers=False))
 
-    def slower_when_persistent(settings, phase, steps=None):
+    def slower_when_persistent(settings, phase, steps=None, below=None):
         m = job(settings, phase, steps)
         if m.ok and settings.persistent_workers and phase == "num_workers":
             m.samples_per_s *= 0.5

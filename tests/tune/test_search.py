@@ -125,7 +125,7 @@ def test_no_dataloader_and_failed_baseline_end_the_tuning():
     job = FakeJob(crash_at={2})
     job.calls.clear()
 
-    def crash_all(settings, phase, steps=None):
+    def crash_all(settings, phase, steps=None, below=None):
         m = job(settings, "x", steps)
         m.exit_code, m.samples_per_s, m.stderr_tail = 2, None, "boom"
         return m
@@ -193,3 +193,42 @@ def test_every_probe_is_checked_against_the_model():
     ok = _tune(FakeJob(ci_rel=0.03))
     assert ok.model_check["holds"] is True and not any(p.disagrees for p in ok.probes)
     assert ok.model_check["prediction_interval"] == pytest.approx(0.02)
+
+
+def test_probes_shown_below_the_best_end_early_and_the_choice_stays():
+    # a model 30% low: the best's neighbours are probed; those clearly under the best so far end early (the
+    # fake: a third of its time) and the search chooses as it does when every probe runs whole
+    from lotus.tune.search import stop_below
+
+    job = FakeJob(ci_rel=0.03)
+    r = _tune(job, fitter(scale=0.7))
+    ignore = FakeJob(ci_rel=0.03)
+    full = run_tuning(lambda st, ph, steps=None, below=None: ignore(st, ph, steps), fitter(scale=0.7), cpus=CPUS,
+                      options=WORKERS, clock=ignore.clock)
+    assert r.best == full.best and r.best.num_workers == 6
+    assert job.belows[0] is None  # the baseline: nothing to be below yet
+    ended = [p for p in r.probes if p.stopped_by == "below"]
+    assert ended and all(p.samples_per_s < truth(6) for p in ended)
+    assert r.seconds < full.seconds
+    # each probe was given the rate under which it could not be chosen, from the best measured before it
+    seen = {}
+    for (_, eff, _), below, p in zip(job.calls, job.belows, r.probes, strict=True):
+        if seen:
+            top = max(seen, key=lambda k: (seen[k][0], -k))
+            assert below == pytest.approx(stop_below(seen[top][0], seen[top][1], 0.02))
+        seen[eff.num_workers] = (p.samples_per_s, tuple(p.ci95))
+
+
+def test_stop_below_is_where_a_probe_can_no_longer_be_chosen():
+    from lotus.tune.search import stop_below
+
+    assert stop_below(None, None, 0.02) is None
+    assert stop_below(100.0, None, 0.02) == pytest.approx(98.0)
+    assert stop_below(100.0, (90.0, 110.0), 0.02) == pytest.approx(90.0)  # its interval reaches the best's
+    assert stop_below(100.0, (99.0, 101.0), 0.02) == pytest.approx(98.0)  # within near_best of it
+    # whatever rate and interval a probe ends with under the threshold, choose() does not pick it
+    for best_ci in (None, (90.0, 110.0), (99.0, 101.0)):
+        t = stop_below(100.0, best_ci, 0.02)
+        rate, ci = t * 0.99, (t * 0.95, t * 0.999)
+        assert not indistinct(rate, ci, 100.0, best_ci, 0.02)
+        assert choose({4: 100.0, 2: rate}, 0.02, {4: best_ci, 2: ci}) == 4

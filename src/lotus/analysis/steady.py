@@ -99,12 +99,13 @@ def interval_note(rel_halfwidth: float | None, target: float = PRECISION, window
     return f"interval +-{rel_halfwidth:.1%}: the job ended (or the cap stopped it) before +-{target * 100:g}%{need}"
 
 
-_ENDED = {"precision": "precision", "steps": "steps cap", "time": "time cap"}
+_ENDED = {"precision": "precision", "steps": "steps cap", "time": "time cap", "below": "below the best"}
 
 
 def ended_by(stopped_by: str | None, exit_code: int | None = 0) -> str:
-    """Why a probe ended, in words: its interval (``precision``), its caps (``steps cap``, ``time cap``),
-    ``job ended`` (the job finished before any of them), ``failed``."""
+    """Why a probe ended, in words: its interval (``precision``), its caps (``steps cap``, ``time cap``), its
+    interval wholly under the rate it had to reach (``below the best``: ``lotus tune``), ``job ended`` (the job
+    finished before any of them), ``failed``."""
     if exit_code not in (0, None):
         return "failed"
     return _ENDED.get(stopped_by or "", stopped_by or "job ended")

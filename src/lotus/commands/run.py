@@ -38,6 +38,9 @@ def _settings(values) -> dict:
                    "Needs --steps (the cap).")
 @click.option("--max-seconds", "max_seconds", type=click.FloatRange(0, min_open=True), default=None,
               help="Probe: end after this many seconds of batches (past the ramp and a minimum window).")
+@click.option("--below", type=click.FloatRange(0, min_open=True), default=None, metavar="SAMPLES_PER_S",
+              help="Probe: end earlier, once the steady samples/s is shown below this (its whole 95% interval "
+                   "under it; what lotus tune does with the best rate so far). Needs --steps.")
 @click.option("--set", "settings", multiple=True, callback=lambda c, p, v: _settings(v), metavar="KEY=VALUE",
               help="Force a DataLoader setting on every loader: prefetch_factor, pin_memory, persistent_workers, "
                    "in_order, num_workers (repeatable).")
@@ -56,8 +59,8 @@ def _settings(values) -> dict:
               help="Print the verdict (as `lotus analyze verdict`) to stderr at the end.")
 @sink_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, telemetry, detail_budget, full_detail,
-        trace, timeout_s, verdict, tensorboard, prometheus, wandb, sink_period, command) -> None:
+def run(trace_dir, workers, steps, precision, max_seconds, below, settings, cpus, itt, telemetry, detail_budget,
+        full_detail, trace, timeout_s, verdict, tensorboard, prometheus, wandb, sink_period, command) -> None:
     """Run COMMAND (a script, `python -m ...`, a console script, torchrun) with lotus's DataLoader.
 
     Every torch.utils.data.DataLoader the command creates, in every process and torchrun rank, is
@@ -76,8 +79,8 @@ def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, 
         raise click.UsageError("no command given: lotus run [OPTIONS] -- COMMAND [ARGS]...")
     if steps is not None and not trace:
         raise click.UsageError("--steps needs tracing (drop --no-trace)")
-    if (precision or max_seconds) and steps is None:
-        raise click.UsageError("--precision and --max-seconds end a probe early: give its cap with --steps")
+    if (precision or max_seconds or below) and steps is None:
+        raise click.UsageError("--precision, --max-seconds and --below end a probe early: give its cap with --steps")
     sinks = None
     if tensorboard or prometheus or wandb:
         if not trace:
@@ -86,7 +89,7 @@ def run(trace_dir, workers, steps, precision, max_seconds, settings, cpus, itt, 
 
         sinks = SinkOptions(tensorboard=tensorboard, prometheus=prometheus, wandb=wandb, period_s=sink_period)
     options = LaunchOptions(trace_dir=trace_dir, trace=trace, workers=workers, steps=steps, precision=precision,
-                            max_seconds=max_seconds, cpus=cpus, itt=itt,
+                            max_seconds=max_seconds, below=below, cpus=cpus, itt=itt,
                             telemetry=telemetry, timeout_s=timeout_s, loader_args=settings,
                             detail_budget_pct=detail_budget, full_detail=full_detail, sinks=sinks)
     try:
@@ -108,6 +111,8 @@ def _ended(stopped_by: str | None, steps, rel_halfwidth: float | None, precision
         return "; ended: interval within --precision"
     if stopped_by is None:
         return "; ended: the job ended before --steps" if steps is not None else ""
+    if stopped_by == "below":
+        return "; ended: interval wholly under --below"
     text = "; ended: " + {"time": "--max-seconds", "steps": "--steps"}.get(stopped_by, stopped_by)
     target = precision or PRECISION
     if rel_halfwidth is not None and rel_halfwidth > target:

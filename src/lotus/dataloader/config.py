@@ -71,15 +71,19 @@ def _env_float(name: str) -> float | None:
     return value if value is not None and value > 0 else None
 
 
-def stop_rule(world_size: int):
+def stop_rule(world_size: int, batch_size: int | None = None):
     """The adaptive probe end (``lotus run --precision``), or None. One rank only: ranks that stop at
-    different steps would leave a collective waiting, so a job of several ranks ends at ``--steps``."""
+    different steps would leave a collective waiting, so a job of several ranks ends at ``--steps``.
+    ``--below`` (samples/s) is compared in batches/s, the rule's unit: ``batch_size`` converts it; a loader
+    without one (a batch sampler of its own) ignores it (its probe ends by the other rules)."""
     precision, max_s = _env_float(_env.PRECISION), _env_float(_env.PROBE_MAX_S)
-    if (precision is None and max_s is None) or world_size > 1:
+    below = _env_float(_env.STOP_BELOW)
+    below = below / batch_size if below is not None and isinstance(batch_size, int) and batch_size > 0 else None
+    if (precision is None and max_s is None and below is None) or world_size > 1:
         return None
     from lotus.dataloader.probe import StopRule
 
-    return StopRule(precision=precision, max_s=max_s)
+    return StopRule(precision=precision, max_s=max_s, below=below)
 
 
 def replay_batches() -> int:

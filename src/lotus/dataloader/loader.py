@@ -93,7 +93,8 @@ class LoaderTrace:
         self.rank, self.world_size = distributed_rank()
         self.telemetry = telemetry
         self.stop_after = steps_limit()  # lotus run --steps: batches this loader hands out before the job ends
-        self.stop_rule = stop_rule(self.world_size) if self.stop_after is not None else None  # --precision
+        self.stop_rule = (stop_rule(self.world_size, getattr(loader, "batch_size", None))  # --precision
+                          if self.stop_after is not None else None)
         self.prefetch_factor = getattr(loader, "prefetch_factor", None) or 2
         self.replay_batches = replay_batches()  # lotus stalls' ingestion probe (lotus.dataloader.replay)
         self.consumed = 0

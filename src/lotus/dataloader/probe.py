@@ -12,7 +12,11 @@ stops a job that does not exit within its grace period (a thread that never ends
 (:func:`lotus.analysis.steady.steady_rate`, the one :mod:`lotus.analysis.throughput` reports) every round
 of the workers; the probe ends when the 95% interval's half-width is within ``precision`` of the rate
 (after at least :data:`MIN_BLOCKS_TO_STOP` blocks of whole rounds), or after ``max_s`` seconds of
-hand-offs past the minimum window.
+hand-offs past the minimum window. With ``below`` it also ends once the whole interval lies under it (``below``;
+after :data:`MIN_BLOCKS_BELOW` blocks): a setting shown to be worse needs no more precision, and the worse probes
+of a search were the longest ones. ``lotus tune`` passes the rate under which a probe cannot be chosen, from the
+best it measured so far, in samples/s; the rule times hand-offs, so it is in batches/s here
+(:func:`lotus.dataloader.config.stop_rule` divides by the batch size).
 """
 
 from __future__ import annotations
@@ -27,13 +31,14 @@ from lotus.trace import schema as S
 
 MIN_BLOCKS_TO_STOP = 8  # the interval of fewer blocks is itself too uncertain to stop on
 MIN_WINDOW = 16  # and never fewer batches than this after the ramp
+MIN_BLOCKS_BELOW = 4  # an interval wholly below ``below`` may stop a probe from this many blocks on (t: 3 dof)
 
 
 class StopRule:
     """Decides, per request of the loop, whether the probe has measured enough (see the module doc)."""
 
-    def __init__(self, precision: float | None, max_s: float | None):
-        self.precision = precision
+    def __init__(self, precision: float | None, max_s: float | None, below: float | None = None):
+        self.precision, self.below = precision, below
         self.max_ns = int(max_s * 1e9) if max_s else None
         self.t: list[int] = []
         self.epochs: list[int] = []
@@ -50,17 +55,29 @@ class StopRule:
         ramp = max(int(workers or 0) * int(prefetch or 2), 1)
         need = ramp + max(MIN_BLOCKS_TO_STOP * w, MIN_WINDOW)
         n = len(self.t)
+        if self.below is not None and n < need:  # a clearly worse setting may end before the precision's window
+            low = ramp + max(MIN_BLOCKS_BELOW * w, MIN_WINDOW)
+            if n >= low and not (n - low) % w and self._below(self._estimate(ramp, workers)):
+                return "below"
         if n < need:
             return None
         if self.max_ns is not None and self.t[-1] - self.t[0] >= self.max_ns:
             self._estimate(ramp, workers)
             return "time"
-        if self.precision is None or (n - need) % w:
+        if (self.precision is None and self.below is None) or (n - need) % w:
             return None
         r = self._estimate(ramp, workers)
-        if r.rel_halfwidth is not None and r.blocks >= MIN_BLOCKS_TO_STOP and r.rel_halfwidth <= self.precision:
+        if self._below(r):
+            return "below"
+        if (self.precision is not None and r.rel_halfwidth is not None and r.blocks >= MIN_BLOCKS_TO_STOP
+                and r.rel_halfwidth <= self.precision):
             return "precision"
         return None
+
+    def _below(self, r) -> bool:
+        """The whole 95% interval under ``below``, from enough blocks."""
+        return (self.below is not None and r.ci95 is not None and r.blocks >= MIN_BLOCKS_BELOW
+                and r.ci95[1] < self.below)
 
     def _estimate(self, ramp: int, workers: int):
         import numpy as np

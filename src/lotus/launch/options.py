@@ -25,6 +25,7 @@ class LaunchOptions:
     steps: int | None = None  # end after this many batches (a probe's cap)
     precision: float | None = None  # end earlier, once the steady rate's 95% interval is within +-precision
     max_seconds: float | None = None  # end a probe after this many seconds of hand-offs (past its minimum)
+    below: float | None = None  # end a probe once its rate's 95% interval lies wholly under this (samples/s)
     cpus: list[int] | None = None
     itt: bool = False
     telemetry: bool = False
@@ -143,6 +144,8 @@ def job_env(options: LaunchOptions, trace_dir: Path | None, base: dict[str, str]
             env[_env.PRECISION] = repr(float(options.precision))
         if options.max_seconds:
             env[_env.PROBE_MAX_S] = repr(float(options.max_seconds))
+        if options.below:
+            env[_env.STOP_BELOW] = repr(float(options.below))
     if options.replay:
         env[_env.REPLAY] = str(int(options.replay))
     if options.list_dataset_files:

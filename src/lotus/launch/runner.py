@@ -232,8 +232,10 @@ def launch(command: list[str], options: LaunchOptions | None = None) -> Probe:
     check_cpus(options.cpus)
     if options.steps is not None and not options.trace:
         raise LaunchError("--steps needs tracing (it counts the batches lotus's DataLoader hands out)")
-    if (options.precision or options.max_seconds) and options.steps is None:
-        raise LaunchError("--precision and --max-seconds end a probe early: give its cap with --steps")
+    if (options.precision or options.max_seconds or options.below) and options.steps is None:
+        raise LaunchError("--precision, --max-seconds and --below end a probe early: give its cap with --steps")
+    if options.below is not None and not options.below > 0:
+        raise LaunchError(f"--below must be a rate above 0 (samples/s), not {options.below}")
     if options.precision is not None and not 0 < options.precision < 1:
         raise LaunchError(f"--precision must be between 0 and 1 (0.03 = +-3%), not {options.precision}")
     trace_dir = None
@@ -255,7 +257,7 @@ def launch(command: list[str], options: LaunchOptions | None = None) -> Probe:
     run_doc = {"version": 1, "command": command, "pid": None, "hostname": socket.gethostname(),
                "boot_id": _boot_id(), "start_wall_ns": time.time_ns(), "end_wall_ns": None, "exit_code": None,
                "steps": options.steps, "precision": options.precision, "max_seconds": options.max_seconds,
-               "workers": options.workers,
+               "below": options.below, "workers": options.workers,
                "cpus": format_cpus(options.cpus) if options.cpus else None, "cwd": str(options.cwd or os.getcwd())}
     t0 = time.monotonic()
     tty = _terminal() if threading.current_thread() is threading.main_thread() else None

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from lotus.tune.search import Session, indistinct
+from lotus.tune.search import Session, indistinct, stop_below
 from lotus.tune.types import LoaderSettings, Measurement
 
 _log = logging.getLogger("lotus.tune")
@@ -55,6 +55,11 @@ def _better(m: Measurement | None, than: Measurement, min_gain: float) -> bool:
     return not (m.ci95 and than.ci95 and m.ci95[0] <= than.ci95[1])
 
 
+def _gain_floor(than: Measurement, min_gain: float) -> float | None:
+    """The samples/s a probe must beat to be :func:`_better` than ``than``: one shown under it has lost."""
+    return than.samples_per_s * (1 + min_gain) if than.samples_per_s else None
+
+
 def _rate(m: Measurement) -> str:
     """'135.7 (115.9-155.4)': a probe's samples/s and its 95% interval."""
     ci = f" ({m.ci95[0]:,.1f}-{m.ci95[1]:,.1f})" if m.ci95 else ""
@@ -65,14 +70,14 @@ def _cheaper(s: Session, cur: Current, settings: LoaderSettings, knob: str, valu
              predicted: float | None = None) -> Current | None:
     """Probe the cheaper ``value`` of ``knob`` (the job has ``own``); the new Current when it cannot be told
     apart from the current best (:func:`lotus.tune.search.indistinct`, as for num_workers), else None."""
-    trial = s.measure(settings, knob, predicted=predicted)
+    m = cur.measurement
+    trial = s.measure(settings, knob, predicted=predicted, below=stop_below(m.samples_per_s, m.ci95, near_best))
     if trial is None:
         s.notes.append(f"{knob}: budget spent before the cheaper {value} was probed: kept {own}")
         return None
     if not trial.ok:
         s.notes.append(f"{knob}: the cheaper {value} failed (exit code {trial.exit_code}): kept {own}")
         return None
-    m = cur.measurement
     if indistinct(trial.samples_per_s, trial.ci95, m.samples_per_s, m.ci95, near_best):
         how = "not slower than" if trial.samples_per_s >= m.samples_per_s else "cannot be told apart from"
         s.notes.append(f"{knob}: {value}: {_rate(trial)} {how} {own}: {_rate(m)}: the cheaper {value}")
@@ -107,7 +112,8 @@ def tune_prefetch(s: Session, cur: Current, *, tolerance: float, near_best: floa
         return cur
     for value in (v for v in PREFETCH_LADDER if v > pf):
         settings = cur.settings.with_(num_workers=w, prefetch_factor=value)
-        trial = s.measure(settings, "prefetch_factor", predicted=s.rate(w, value))
+        trial = s.measure(settings, "prefetch_factor", predicted=s.rate(w, value),
+                          below=_gain_floor(cur.measurement, min_gain))
         kept = cur.effective.prefetch_factor or 2
         if trial is None:
             s.notes.append(f"prefetch_factor: budget spent before {value} was probed: kept {kept}")
@@ -138,7 +144,7 @@ def tune_pin(s: Session, cur: Current, *, min_gain: float, near_best: float = 0.
                        False, True, near_best=near_best)
         return low if low is not None else cur
     settings = cur.settings.with_(num_workers=eff.num_workers, pin_memory=True)
-    trial = s.measure(settings, "pin_memory", predicted=None)
+    trial = s.measure(settings, "pin_memory", predicted=None, below=_gain_floor(cur.measurement, min_gain))
     if trial is None:
         s.notes.append("pin_memory: budget spent before True was probed: kept False")
         return cur

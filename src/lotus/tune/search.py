@@ -4,7 +4,9 @@ A :class:`Session` wraps two callables, so that the search runs the same on real
 (:mod:`lotus.tune.tuner`: :func:`lotus.launch.launch` and :func:`lotus.model.fit`) and on fakes of known
 truth (tests):
 
-* ``probe(settings, phase, steps) -> Measurement``: run the job once with these DataLoader settings;
+* ``probe(settings, phase, steps, below=None) -> Measurement``: run the job once with these DataLoader settings
+  (``below``: samples/s of one rank under which the probe cannot be chosen: it may end once it is shown
+  below it, see :mod:`lotus.dataloader.probe`);
 * ``fit(measurements) -> model | None``: a model fitted on every successful probe so far, with
   ``model.predict(num_workers, cpus, prefetch_factor=...) -> Prediction`` (``samples_per_s``,
   ``wait_share``, ``input_samples_per_s``).
@@ -77,12 +79,14 @@ class Session:
         return self.cpus / max(self.ranks, 1)
 
     def measure(self, settings: LoaderSettings, phase: str, *, steps: int | None = None,
-                predicted: float | None = None, force: bool = False) -> Measurement | None:
-        """Run one probe (None: the budget does not allow it; ``force``: run it anyway)."""
+                predicted: float | None = None, force: bool = False, below: float | None = None) -> Measurement | None:
+        """Run one probe (None: the budget does not allow it; ``force``: run it anyway). ``below``: the job's
+        samples/s under which this probe cannot win (:func:`stop_below`): it may end once shown under it."""
         if not force and not self.budget.allows(self.expected_s(steps)):
             return None
         self.budget.probes += 1
-        m = self.probe(settings, phase, steps)
+        extra = {"below": below / max(self.ranks, 1)} if below else {}
+        m = self.probe(settings, phase, steps, **extra)
         name = f"p{len(self.entries):02d}-{phase}"
         self.entries.append(Entry(name, phase, m, predicted))
         if m.ok:
@@ -207,6 +211,16 @@ def indistinct(rate: float, ci, best_rate: float, best_ci, near_best: float) -> 
     return bool(ci and best_ci and ci[1] >= best_ci[0])
 
 
+def stop_below(rate: float | None, ci, near_best: float) -> float | None:
+    """The samples/s under which a probe cannot be told apart from a best of ``rate`` (interval ``ci``) in the
+    sense of :func:`indistinct`: a probe whose whole interval lies under it is worse whatever more batches say
+    (its rate is under ``(1 - near_best) x rate`` and its interval under the best's)."""
+    if not rate:
+        return None
+    low = (1 - near_best) * rate
+    return min(low, ci[0]) if ci else low
+
+
 def choose(measured: dict[int, float], near_best: float, intervals: dict | None = None) -> int:
     """The smallest measured count that cannot be told apart from the best measured rate (its 95% interval
     reaches the best's, or it is within ``near_best`` of it): the cheapest of the equals."""
@@ -248,7 +262,9 @@ def search_workers(s: Session, baseline: Measurement, *, candidates: list[int], 
             break
         _log.info("num_workers=%d next (%s; predicted %s samples/s)", nxt, why,
                   f"{predicted[nxt]:,.1f}" if nxt in predicted else "-")
-        m = s.measure(fixed.with_(num_workers=nxt), "num_workers", predicted=predicted.get(nxt))
+        top = max(measured, key=lambda w: (measured[w], -w)) if measured else None
+        below = stop_below(measured[top], intervals.get(top), near_best) if top is not None else None
+        m = s.measure(fixed.with_(num_workers=nxt), "num_workers", predicted=predicted.get(nxt), below=below)
         if m is None:
             stopped = "budget spent"
             break
@@ -271,4 +287,4 @@ def search_workers(s: Session, baseline: Measurement, *, candidates: list[int], 
 
 
 __all__ = ["Budget", "Entry", "Session", "WorkersOutcome", "choose", "model_held", "neighbour_step", "next_workers",
-           "search_workers", "worker_candidates"]
+           "search_workers", "stop_below", "worker_candidates"]

@@ -3,7 +3,8 @@
 Probes run through :func:`lotus.launch.launch` (``workers=N``, ``steps=S``, ``loader_args`` for the other
 settings, ``cpus`` for the affinity, output captured), each into its own trace directory under ``out``
 (``p00-baseline``, ``p01-num_workers``...). A probe follows the one probe protocol: it ends once its
-steady rate's 95% interval is within ``precision`` (see :mod:`lotus.dataloader.probe`), or at its caps:
+steady rate's 95% interval is within ``precision`` (see :mod:`lotus.dataloader.probe`), or lies wholly under the
+rate it must reach to be chosen (``below``, from the best measured so far), or at its caps:
 ``steps`` batches after its ramp (``num_workers x prefetch_factor`` batches), ``max_seconds``. With
 ``precision`` None it runs ``steps`` batches after its ramp (the baseline, whose settings are unknown until
 its trace is read, ``2 x steps``); an epoch-crossing probe always runs its fixed length. The model is
@@ -105,12 +106,14 @@ class JobProber:
         self.first_wall_s: float | None = None
         self.own: LoaderSettings | None = None  # the job's own settings, once the baseline told them
 
-    def __call__(self, settings: LoaderSettings, phase: str, steps: int | None = None) -> Measurement:
+    def __call__(self, settings: LoaderSettings, phase: str, steps: int | None = None,
+                 below: float | None = None) -> Measurement:
         from lotus.launch import LaunchOptions, launch
 
         fixed = steps is not None  # an epoch-crossing probe: exactly this many batches
         steps = max(steps or 0, probe_steps(self.steps, settings, self.own, adaptive=bool(self.precision)))
         precision = None if fixed else self.precision
+        below = below if precision else None  # a probe of fixed length (an epoch crossing) runs it whole
         name = f"p{self.count:02d}-{phase}"
         self.count += 1
         if self.progress is not None:
@@ -123,7 +126,7 @@ class JobProber:
         probe = launch(self.command, LaunchOptions(
             trace_dir=self.out / name, steps=steps, workers=settings.num_workers, loader_args=settings.loader_args(),
             cpus=self.cpus, capture=True, timeout_s=timeout, precision=precision,
-            max_seconds=self.max_seconds if precision else None))
+            max_seconds=self.max_seconds if precision else None, below=below))
         if probe.stopped == "interrupt":  # Ctrl-C reached the job: stop tuning (the traces so far stay)
             raise KeyboardInterrupt
         if self.first_wall_s is None:

@@ -92,7 +92,7 @@ class Measurement:
     samples_per_s: float | None  # steady state (lotus.analysis.throughput)
     wait_share: float | None = None
     ci95: tuple[float, float] | None = None  # 95% interval of samples_per_s
-    stopped_by: str | None = None  # why the probe ended: steps (its cap), precision, time
+    stopped_by: str | None = None  # why the probe ended: steps (its cap), precision, time, below
     wall_s: float = 0.0
     exit_code: int = 0
     effective: LoaderSettings | None = None  # what the main loader ran with (trace's loader description)
@@ -129,7 +129,7 @@ class ProbeRecord:
     trace_dir: str | None = None
     stderr_tail: str = ""
     ci95: list[float] | None = None  # 95% interval of samples_per_s
-    stopped_by: str | None = None  # why the probe ended: steps (its cap), precision, time
+    stopped_by: str | None = None  # why the probe ended: steps (its cap), precision, time, below
     note: str | None = None  # the rate's note (an interval wider than the target, a short window...)
     model_error: float | None = None  # predicted (before the probe) / measured - 1
     loo_error: float | None = None  # the model of every other probe of the worker search / measured - 1
