@@ -158,6 +158,10 @@ def test_settings_inside_each_others_interval_go_to_the_cheapest():
     measured = {1: 110.0, 2: 180.0, 3: 210.0, 4: 221.0}
     intervals = {1: (105.0, 115.0), 2: (170.0, 190.0), 3: (199.0, 221.0), 4: (209.0, 233.0)}
     assert choose(measured, 0.0, intervals) == 3
+    # an interval too wide to say anything does not make a far slower count "equal" (GPU host, nw0 tune: 7
+    # workers 1,194 (0-4,457) against 12 workers' 1,644 (1,500-1,790))
+    assert choose({7: 1194.0, 12: 1644.0}, 0.02, {7: (0.0, 4457.0), 12: (1500.0, 1790.0)}) == 12
+    assert choose({7: 1600.0, 12: 1644.0}, 0.02, {7: (0.0, 4457.0), 12: (1500.0, 1790.0)}) == 7  # -2.7%
     # tight intervals apart: the fastest
     tight = {w: (r * 0.995, r * 1.005) for w, r in measured.items()}
     assert choose(measured, 0.0, tight) == 4
@@ -224,10 +228,12 @@ def test_stop_below_is_where_a_probe_can_no_longer_be_chosen():
 
     assert stop_below(None, None, 0.02) is None
     assert stop_below(100.0, None, 0.02) == pytest.approx(98.0)
-    assert stop_below(100.0, (90.0, 110.0), 0.02) == pytest.approx(90.0)  # its interval reaches the best's
+    # its interval reaching the best's counts only within EQUIVALENT (5%) of it
+    assert stop_below(100.0, (90.0, 110.0), 0.02) == pytest.approx(95.0)
+    assert stop_below(100.0, (97.0, 103.0), 0.02) == pytest.approx(97.0)
     assert stop_below(100.0, (99.0, 101.0), 0.02) == pytest.approx(98.0)  # within near_best of it
     # whatever rate and interval a probe ends with under the threshold, choose() does not pick it
-    for best_ci in (None, (90.0, 110.0), (99.0, 101.0)):
+    for best_ci in (None, (90.0, 110.0), (97.0, 103.0), (99.0, 101.0)):
         t = stop_below(100.0, best_ci, 0.02)
         rate, ci = t * 0.99, (t * 0.95, t * 0.999)
         assert not indistinct(rate, ci, 100.0, best_ci, 0.02)
