@@ -238,3 +238,30 @@ def test_stop_below_is_where_a_probe_can_no_longer_be_chosen():
         rate, ci = t * 0.99, (t * 0.95, t * 0.999)
         assert not indistinct(rate, ci, 100.0, best_ci, 0.02)
         assert choose({4: 100.0, 2: rate}, 0.02, {4: best_ci, 2: ci}) == 4
+
+
+def test_a_choice_the_probes_cannot_settle_says_so():
+    # probes at +-30% (the GPU host's ResNet-18 JPEG job after 8 s of batches: +-28-53%): a count whose interval
+    # reaches more than 5% above the chosen one's rate leaves the choice unsettled, in the result and a note
+    r = _tune(FakeJob(ci_rel=0.30), fitter(scale=0.7))  # the best's neighbours (5, 7) get probed
+    assert r.settled is False and r.unsettled_workers
+    assert r.best.num_workers not in r.unsettled_workers
+    note = next(n for n in r.notes if n.startswith("num_workers: not settled"))
+    assert "+-30%" in note and "--max-seconds" in note
+    d = r.to_dict()
+    assert d["settled"] is False and d["unsettled_workers"] == r.unsettled_workers
+    # tight probes settle it
+    ok = _tune(FakeJob(ci_rel=0.01), fitter(scale=0.7))
+    assert ok.settled is True and ok.unsettled_workers == [] and not any("not settled" in n for n in ok.notes)
+    # num_workers not searched: nothing to say
+    off = _tune(FakeJob(ci_rel=0.01), options=TuneOptions(only=("prefetch_factor",), budget_minutes=None))
+    assert off.settled is None and off.to_dict()["settled"] is None
+
+
+def test_unsettled_lists_the_counts_that_may_beat_the_choice():
+    from lotus.tune.search import unsettled
+
+    measured = {4: 913.0, 8: 803.0, 16: 815.0}
+    assert unsettled(measured, {4: (880.0, 946.0), 8: (780.0, 826.0), 16: (790.0, 840.0)}, 4) == []
+    assert unsettled(measured, {4: (880.0, 946.0), 8: (500.0, 1100.0), 16: (790.0, 840.0)}, 4) == [8]
+    assert unsettled(measured, {}, 4) == []  # no intervals: nothing to say

@@ -112,6 +112,9 @@ def _print(r) -> None:
     click.echo(f"  with the job's own settings (num_workers={own.num_workers}, prefetch_factor={own.prefetch_factor}, "
                f"pin_memory={own.pin_memory}, persistent_workers={own.persistent_workers}): "
                f"{rate_text(r.baseline_samples_per_s, r.baseline_ci95)}")
+    if r.settled is False:
+        click.echo(f"  NOT SETTLED: {', '.join(map(str, r.unsettled_workers))} worker(s) may be more than 5% faster "
+                   "(see the note below)")
     if r.predicted_samples_per_s:
         click.echo(f"  the model predicts {_num(r.predicted_samples_per_s)} samples/s at num_workers="
                    f"{r.best.num_workers}; search: {r.stopped}")

@@ -61,12 +61,12 @@ def run_tuning(probe: Callable[..., Measurement], fit: Callable[[list[Measuremen
     s.entries[0].predicted_samples_per_s = s.rate(own.num_workers or 0, own.prefetch_factor)
     cur = Current(LoaderSettings(), base)
     stopped = "num_workers not tuned"
-    predicted = None
+    predicted = open_ = None
     if "num_workers" in o.only and s.budget.allows(None):
         cands = worker_candidates(s.cpus_per_rank, o.max_workers)
         fixed = _short_epochs(s, base, own) if "persistent_workers" in o.only else LoaderSettings()
         w = search_workers(s, base, candidates=cands, tolerance=o.tolerance, near_best=o.near_best, fixed=fixed)
-        stopped, predicted = w.stopped, w.predicted_samples_per_s
+        stopped, predicted, open_ = w.stopped, w.predicted_samples_per_s, w.unsettled
         best_m = _best_at(s, w.best_workers, fixed) or base
         if best_m is not base and best_m.samples_per_s < base.samples_per_s:  # searched with other settings
             s.notes.append("num_workers: nothing measured faster than the job's own settings: kept")
@@ -96,7 +96,7 @@ def run_tuning(probe: Callable[..., Measurement], fit: Callable[[list[Measuremen
                       predicted_samples_per_s=predicted, probes=records,
                       model_check=chk.to_dict() if chk is not None else None,
                       seconds=budget.elapsed_s, stopped=stopped, cpus=round(cpus), notes=list(s.notes),
-                      epoch_gain=gain)
+                      epoch_gain=gain, unsettled_workers=open_)
 
 
 def check_model(s: Session):

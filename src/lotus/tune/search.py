@@ -238,12 +238,21 @@ def choose(measured: dict[int, float], near_best: float, intervals: dict | None 
                if indistinct(r, intervals.get(w), measured[top], intervals.get(top), near_best))
 
 
+def unsettled(measured: dict[int, float], intervals: dict, best: int) -> list[int]:
+    """The measured counts that may be more than :data:`EQUIVALENT` faster than the chosen ``best``: their 95%
+    interval reaches above it by that much. Empty: the choice holds to EQUIVALENT as far as the probes can tell
+    (the chosen count's own interval may be wide: the others are still shown under it)."""
+    top = measured[best] * (1 + EQUIVALENT)
+    return sorted(w for w, r in measured.items() if w != best and (ci := intervals.get(w)) and ci[1] > top)
+
+
 @dataclass
 class WorkersOutcome:
     best_workers: int
     measured: dict[int, float]
     stopped: str
     predicted_samples_per_s: float | None
+    unsettled: list[int] = field(default_factory=list)  # counts that may beat the choice by more than EQUIVALENT
 
 
 def search_workers(s: Session, baseline: Measurement, *, candidates: list[int], tolerance: float = 0.05,
@@ -291,8 +300,18 @@ def search_workers(s: Session, baseline: Measurement, *, candidates: list[int], 
         s.notes.append(f"num_workers: {best} chosen, the fewest workers that cannot be told apart from the fastest "
                        f"probe ({top} workers, {measured[top]:,.1f} samples/s{band}; {best} workers "
                        f"{measured[best]:,.1f})")
-    return WorkersOutcome(best, measured, stopped, s.rate(best))
+    open_ = unsettled(measured, intervals, best)
+    if open_:
+        reach = [intervals[w][1] for w in open_]
+        widths = [(ci[1] - ci[0]) / 2 / measured[w] for w, ci in intervals.items() if ci and measured.get(w)]
+        s.notes.append(
+            f"num_workers: not settled: {', '.join(map(str, open_))} worker(s) may be more than {EQUIVALENT:.0%} "
+            f"faster than the chosen {best} (their 95% intervals reach {min(reach):,.0f}-{max(reach):,.0f} samples/s "
+            f"against {measured[best]:,.1f}); the probes' intervals are +-{min(widths):.0%} to +-{max(widths):.0%}: "
+            "this job's rate varies more within a probe than the settings differ. Longer probes (--max-seconds) "
+            "would tell (each probe's note says how long it would need for +-3%)")
+    return WorkersOutcome(best, measured, stopped, s.rate(best), open_)
 
 
 __all__ = ["EQUIVALENT", "Budget", "Entry", "Session", "WorkersOutcome", "choose", "model_held", "neighbour_step",
-           "next_workers", "search_workers", "stop_below", "worker_candidates"]
+           "next_workers", "search_workers", "stop_below", "unsettled", "worker_candidates"]

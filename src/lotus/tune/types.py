@@ -159,6 +159,12 @@ class TuneResult:
     ci95: tuple[float, float] | None = None  # of samples_per_s
     baseline_ci95: tuple[float, float] | None = None  # of baseline_samples_per_s
     model_check: dict | None = None  # lotus.model.check.ModelCheck of the worker search's probes
+    unsettled_workers: list[int] | None = None  # measured counts that may beat the choice by > 5% (None: not searched)
+
+    @property
+    def settled(self) -> bool | None:
+        """Whether the worker choice holds to 5% as far as the probes can tell (None: num_workers not searched)."""
+        return None if self.unsettled_workers is None else not self.unsettled_workers
 
     @property
     def gain(self) -> float | None:
@@ -175,7 +181,8 @@ class TuneResult:
                 "snippet": self.best.snippet(), "probes": [p.to_dict() for p in self.probes],
                 "seconds": self.seconds, "stopped": self.stopped, "epoch_gain": self.epoch_gain,
                 "cpus": self.cpus, "out": self.out, "command": self.command, "notes": self.notes,
-                "model_check": self.model_check}
+                "model_check": self.model_check, "settled": self.settled,
+                "unsettled_workers": self.unsettled_workers}
 
 
 __all__ = ["SETTINGS", "EpochFacts", "LoaderSettings", "Measurement", "ProbeRecord", "TuneError", "TuneResult"]
