@@ -7,6 +7,7 @@
 #       benchmarks/device_corpus.sh
 #   RERUN="tokenizer:stalls" (with STEPS holding it too): measure those anew
 #   REDO="nw0:tune": run lotus's side again against the truths already there
+#   TRUTH_REPEATS=4: the job alone runs 4 times a setting, the mean its truth (one run spreads 6-8% sd there)
 set -u
 : "${OUT:?set OUT to the results folder}"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,7 +41,7 @@ for step in ${STEPS:-}; do
     [ "$left" -le 30 ] && { echo "skip $step: time"; continue; }
     $PY "$REPO/benchmarks/corpus.py" --host gpu --data "$DATA" --work "$WORK" --shapes "${step%%:*}" \
         --commands "${step##*:}" --seconds "${SECS:-8}" --tune-minutes "${TUNE_MIN:-2.5}" --deadline-s "$left" \
-        2>&1 | grep -v "^|" | tail -20
+        --truth-repeats "${TRUTH_REPEATS:-1}" 2>&1 | grep -v "^|" | tail -20
     pack
 done
 # IO_STEPS="io_bound:whatif,stalls,...": the I/O-bound shape on a disk throttled to IO_MBPS MB/s with IO_MEM MiB
