@@ -116,8 +116,8 @@ class Corpus:
     def plain(self, shape: str, c: int, w: int) -> dict | None:
         """The job alone pinned to c CPUs with w workers: its own clock (cached). With ``--truth-repeats N`` the
         mean of N runs, each in its own process (``runs``: theirs; ``ci95``: the t-interval of the mean over
-        the runs; ``wall_s``: one run's mean time, so a sweep's time stays one run a point): on the GPU host one
-        run of 8-20 s spreads 6-8% sd (gpu-h200/issue-24/probe-repeats/)."""
+        the runs; ``wall_s``: one run's mean time, so a sweep's time stays one run a point): on the GPU host probes
+        of 8 s spread 6-8% sd (gpu-h200/issue-24/probe-repeats/), and one run of the job alone likely as much."""
         n = max(int(getattr(self.a, "truth_repeats", 1) or 1), 1)
         f = self.work / "truth" / f"{shape}-c{c}-w{w}.json"
         if f.exists():

@@ -196,3 +196,20 @@ def test_persistent_workers_of_the_job_dropped_when_they_save_nothing():
     r = _tune(job, only=("persistent_workers",))
     assert r.best.persistent_workers is False and 0 <= r.epoch_gain < 0.01
     assert any("the cheaper False" in n for n in r.notes), r.notes
+
+
+def test_knob_probes_are_told_the_rate_they_must_beat():
+    # a costlier value must be measured min_gain (2%) faster than the current best: its probe is given that rate
+    # (shown under it, it has lost); a cheaper value must stay an equal of the best (lotus.tune.search.stop_below)
+    from lotus.tune.search import stop_below
+
+    job = FakeJob(own=_own(), cuda=True, ci_rel=0.03)
+    r = _tune(job, only=("pin_memory",))
+    (pin,) = _phase(r, "pin_memory")
+    base = r.probes[0]
+    assert pin.settings["pin_memory"] is True and r.best.pin_memory is False  # +5% at +-3%: not apart
+    assert job.belows == [None, pytest.approx(base.samples_per_s * 1.02)]
+    job = FakeJob(own=_own(pin_memory=True), cuda=True, ci_rel=0.03)
+    r = _tune(job, only=("pin_memory",))
+    base = r.probes[0]
+    assert job.belows == [None, pytest.approx(stop_below(base.samples_per_s, tuple(base.ci95), 0.02))]
