@@ -154,3 +154,22 @@ def test_real_run_merged_with_torch_profiler(real_run, tmp_path):
         assert st - 0.001 <= rt and rt + rd <= st + sd + 0.001
     assert _misnested({"traceEvents": [e for e in doc["traceEvents"] if e.get("cat") != "cpu_op"
                                        and "train_step" not in str(e.get("name"))]}) == 0
+
+
+def test_a_profiler_started_before_the_loader_moves_the_base_back(synth_native, tmp_path):
+    """The base is the whole second before the earliest event of either trace: no ts is negative."""
+    ev = load_events(synth_native)
+    first = int(ev["start_ns"].min())
+    kbase = first - 40 * 86_400 * 10**9  # Kineto's own base, weeks before
+    early_us = (first - kbase - 1_300_000_000) / 1000  # 1.3 s before lotus's first event
+    kineto = {"schemaVersion": 1, "baseTimeNanoseconds": kbase,
+              "traceEvents": [{"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "ts": early_us,
+                               "args": {"name": "python"}},
+                              {"ph": "X", "name": "aten::empty", "pid": 7, "tid": 7, "ts": early_us + 5, "dur": 1}]}
+    (tmp_path / "k.json").write_text(json.dumps(kineto))
+    s = write_chrome_trace(ev, tmp_path / "m.json", kineto=[tmp_path / "k.json"])
+    doc = _load(tmp_path / "m.json")
+    assert s.base_ns == doc["baseTimeNanoseconds"] == (first - 1_300_000_000) // 10**9 * 10**9
+    assert min(e["ts"] for e in doc["traceEvents"] if "ts" in e) >= 0
+    empty = next(e for e in doc["traceEvents"] if e.get("name") == "aten::empty")
+    assert abs(empty["ts"] * 1000 + s.base_ns - (first - 1_300_000_000 + 5_000)) < 2

@@ -16,8 +16,9 @@ worker spent finding out), the main process's ``arrive`` of that message is name
 
 Time base, as in torch.profiler (Kineto) traces: ``ts`` (µs, 3 decimals = exact ns) is
 ``(wall-clock ns - baseTimeNanoseconds) / 1000``, with ``baseTimeNanoseconds`` written at the top
-level; lotus picks the whole second before its first event, so that ``ts`` stays small enough for
-double-precision JSON parsers to keep every nanosecond. Checked against
+level; lotus picks the whole second before the first event, its own or a merged Kineto trace's (a
+profiler started before the loader has the earlier events; no ``ts`` is negative), so that ``ts`` stays
+small enough for double-precision JSON parsers to keep every nanosecond. Checked against
 ``torch.profiler.profile(...).export_chrome_trace`` (torch 2.14): Kineto writes the same key and its
 ``ts * 1000 + baseTimeNanoseconds`` is ``time.time_ns()`` of the profiled process, i.e. the wall
 clock lotus events are on (its own base is ~7 weeks before, which would leave ~1 ns of double
@@ -145,6 +146,12 @@ def _tids(events, procs: _Processes, names: list[str]) -> np.ndarray:
     return tid
 
 
+def _kineto_first_ns(doc: dict) -> int | None:
+    """The wall-clock ns of a Kineto trace's earliest event (``ts`` µs after its ``baseTimeNanoseconds``)."""
+    ts = [e["ts"] for e in doc["traceEvents"] if isinstance(e, dict) and isinstance(e.get("ts"), (int, float))]
+    return int(min(ts) * 1000) + int(doc.get("baseTimeNanoseconds", 0) or 0) if ts else None
+
+
 def write_chrome_trace(events, out: str | os.PathLike, *, coarse: bool = False, batches=None,
                        kineto: list[str | os.PathLike] | tuple = (), chunk_rows: int = CHUNK_ROWS,
                        run_name: str | None = None) -> ChromeTraceSummary:
@@ -160,7 +167,9 @@ def write_chrome_trace(events, out: str | os.PathLike, *, coarse: bool = False, 
     for doc in kineto_docs:
         taken |= {e.get("pid") for e in doc["traceEvents"] if isinstance(e, dict)}
     starts = events["start_ns"].to_numpy()
-    base = int(starts.min()) // 1_000_000_000 * 1_000_000_000 if len(starts) else 0
+    first = [int(starts.min())] if len(starts) else []
+    first += [w for w in map(_kineto_first_ns, kineto_docs) if w is not None]
+    base = min(first) // 1_000_000_000 * 1_000_000_000 if first else 0
     summary = ChromeTraceSummary(path=out, base_ns=base, merged=[str(p) for p in kineto])
     procs = _Processes(events, taken)
     summary.processes = len(procs.keys)
