@@ -10,7 +10,9 @@ same job runs alone (``taskset``, no lotus) at the points the command speaks of,
   alone at its own setting (points).
 - ``tune``: ``lotus tune --only num_workers`` from the shape's setting; truth: the job alone at every
   worker count of the shape's sweep; error = the job alone at tune's choice against the sweep's best; time =
-  tune's seconds against the sweep's (the sum of its runs' wall times).
+  tune's seconds against the sweep's (the sum of its runs' wall times). The table adds tune's share of a sweep
+  of EVERY count from the grid's least to its most, projected (one grid-mean run a count; not measured, and
+  its best not known: the error stays against the grid's best).
 - ``sens``: ``lotus sensitivity --cpus-grid G``; truth: the job alone at each CPU count of G with the best of
   a few worker counts; error per cell (the warm column) and the demand (fewest CPUs of G reaching 95% of
   the best) against the truth's demand.
@@ -353,6 +355,19 @@ def _unsettled(p: dict) -> str:
     return f" (truth +-{100 * half:.0f}%: unsettled)" if half > UNSETTLED else ""
 
 
+def _exhaustive(d: dict) -> str:
+    """' (N% of every count from the grid's least to its most, projected)': the grid runs a few worker counts;
+    a sweep of every count tune may choose in that range would take one run a count (the grid's mean run)."""
+    sweep = [int(x) for x in (d["detail"].get("sweep") or {})]
+    if len(sweep) < 2 or not d.get("seconds") or not d["detail"].get("sweep_s"):
+        return ""
+    every = max(sweep) - min(sweep) + 1
+    if every <= len(sweep):
+        return ""
+    projected = d["detail"]["sweep_s"] / len(sweep) * every
+    return f" ({100 * d['seconds'] / projected:.0f}% of all {every} counts {min(sweep)}-{max(sweep)}, projected)"
+
+
 def table(work: Path, hosts: dict[str, Path] | None = None) -> str:
     """The markdown table of ``work``'s results; ``hosts``: several work folders by host, one table with a
     host column."""
@@ -368,7 +383,7 @@ def table(work: Path, hosts: dict[str, Path] | None = None) -> str:
         note = []
         if d["command"] == "tune":
             note.append(f"{d['detail']['chosen_workers']} workers (best {d['detail']['best_workers']}), "
-                        f"{100 * d['time_share']:.0f}% of the sweep's time")
+                        f"{100 * d['time_share']:.0f}% of the sweep's time{_exhaustive(d)}")
         if d["command"] == "sens":
             note.append(f"median |error| {100 * d['median_abs_error']:.1f}%, demand {d['demand']} "
                         f"(truth {d['truth_demand']})")
