@@ -138,3 +138,15 @@ def test_export_keeps_status_and_outcome_counts(cfg, tmp_path):
     attrs = read_parquet_attrs(bp)
     assert attrs["exhausted"] == 2 and attrs["dispatched_without_batch"] == 2
     assert np.array_equal(back["failed"].to_numpy(), cfg.batches["failed"].to_numpy())
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["current", "legacy"])
+def test_info_of_a_scanned_table_counts_as_the_dataframe(legacy, tmp_path):
+    """`lotus info` reads a scanned run's compact table (no per-batch DataFrame): the same counts."""
+    run = write_outcome_run(tmp_path / "run", legacy=legacy)
+    scanned = load_config(run, engine="scan", summary_only=True, census=True)
+    assert scanned.table is not None
+    in_memory = load_config(run)
+    got = run_info(scanned.events, scanned.summary_batches)["batches"]
+    want = run_info(in_memory.events, in_memory.batches)["batches"]
+    assert got == want and got["failed"] > 0

@@ -218,6 +218,16 @@ def wait_stats(t) -> dict:
             fl.close()
 
 
+def prepared_count(t) -> int:
+    """``len(lotus.analysis.stats.prepared(batches))`` of a table."""
+    return sum(int((v.valid("prep_dur_ns") & ~v.failed()).sum()) for v in t.views())
+
+
+def valid_count(t, name: str) -> int:
+    """``batches[name].notna().sum()`` of a table."""
+    return sum(int(v.valid(name).sum()) for v in t.views())
+
+
 def consumed_count(t) -> int:
     return sum(int((v.valid("consumed_ns") & ~v.failed()).sum()) for v in t.views())
 

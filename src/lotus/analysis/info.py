@@ -6,7 +6,8 @@ import numpy as np
 
 
 def run_info(events, batches=None) -> dict:
-    """Summary of one run's events DataFrame (``events.attrs["files"]`` lists the files read). A scanned
+    """Summary of one run's events DataFrame (``events.attrs["files"]`` lists the files read) and its batches
+    (a DataFrame or a scanned run's compact table, :attr:`lotus.analysis.runs.Config.summary_batches`). A scanned
     run's events hold no per-sample detail: its counts, span, ranks and epochs come from the scan's
     census of every record (:class:`lotus.query.census.Census`), the same figures."""
     files = []
@@ -43,12 +44,19 @@ def run_info(events, batches=None) -> dict:
         "unclean_files": sum(1 for f in files if f["clean_close"] is False),
     }
     if batches is not None:
-        from lotus.analysis.stats import prepared
+        from lotus.analysis.compact import is_table
         from lotus.query import outcome_summary
 
+        if is_table(batches):  # a scanned run's compact table: counted a view at a time, no DataFrame
+            from lotus.analysis.compact import prepared_count, valid_count
+
+            n_prepared, n_consumed = prepared_count(batches), valid_count(batches, "consumed_ns")
+        else:
+            from lotus.analysis.stats import prepared
+
+            n_prepared, n_consumed = len(prepared(batches)), int(batches["consumed_ns"].notna().sum())
         o = outcome_summary(batches)
-        out["batches"] = {"prepared": len(prepared(batches)),
-                          "consumed": int(batches["consumed_ns"].notna().sum()),
+        out["batches"] = {"prepared": n_prepared, "consumed": n_consumed,
                           **{k: o[k] for k in ("failed", "failed_by_worker", "exhausted", "exhausted_by_worker",
                                                "dispatched_without_batch")}}
     return out

@@ -17,9 +17,10 @@ def info(data_dir: Path, as_json: bool) -> None:
     from lotus.analysis.info import run_info
 
     def compute(cfg) -> dict:
-        return {**run_info(cfg.events, cfg.batches), "kineto": [str(p) for p in cfg.kineto]}
+        return {**run_info(cfg.events, cfg.summary_batches), "kineto": [str(p) for p in cfg.kineto]}
 
-    per_config(data_dir, compute, _print, as_json, key="runs", census=True)  # a large run: scanned, records counted
+    # a large run: scanned, records counted, its batches a compact table (no per-batch DataFrame)
+    per_config(data_dir, compute, _print, as_json, key="runs", census=True, summary_only=True)
 
 
 def _print(name: str, inf: dict) -> None:
