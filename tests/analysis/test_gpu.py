@@ -339,3 +339,18 @@ def test_probe_is_freed_without_the_cycle_collector(tmp_path, monkeypatch):
         assert [r() for r in refs] == [None, None, None]  # freed by reference counting alone
     finally:
         gc.enable()
+
+
+def test_report_of_the_columns_it_reads_is_the_report(tmp_path):
+    """`lotus analyze gpu` asks a scanned run for COLUMNS only (no whole batches frame): the same report."""
+    from lotus.analysis.gpu import COLUMNS
+    from lotus.analysis.runs import load_config
+
+    docs = write_gpu_run(tmp_path, ranks=(0, 1), slow_rank=1)
+    kin = {r: kineto_gpu_busy(doc) for r, doc in docs.items()}
+    scanned = load_config(tmp_path, engine="scan")
+    whole = load_config(tmp_path)
+    lean = scanned.batches_of(COLUMNS)
+    assert list(lean.columns) == COLUMNS
+    assert gpu_report(scanned.events, lean, kin) == gpu_report(whole.events, whole.batches, kin)
+    assert gpu_batches(lean, kin).equals(gpu_batches(whole.batches, kin))

@@ -75,3 +75,14 @@ def test_overview_total_equals_busy_time(synth_epochs):
     t = overview(cfg.batches, 7_000_000)
     busy = t[t["track"].str.startswith("r0/w")]["share"].sum() * 7_000_000
     assert busy == pytest.approx(float(prepared(cfg.batches)["prep_dur_ns"].sum()), rel=1e-9)
+
+
+def test_overview_of_the_columns_it_reads_is_the_overview(straggler_run):
+    """`lotus viz --overview` asks a scanned run for OVERVIEW_COLUMNS only: the same counters."""
+    from lotus.analysis.runs import load_config
+    from lotus.analysis.window import OVERVIEW_COLUMNS
+
+    lean = load_config(straggler_run, engine="scan").batches_of(OVERVIEW_COLUMNS)
+    assert list(lean.columns) == OVERVIEW_COLUMNS
+    want = overview(load_config(straggler_run).batches, 5_000_000)
+    assert len(want) and overview(lean, 5_000_000).equals(want)

@@ -96,21 +96,30 @@ def idle_within(busy: KinetoGPU, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return (hi - lo) - (busy_until(hi) - busy_until(lo))
 
 
+# the batch columns gpu_report and gpu_batches read: a scanned run's frame is made of these only
+COLUMNS = ["rank", "loader", "epoch", "batch_id", "worker_id", "prep_dur_ns", "failed", "n_samples", "wait_start_ns",
+           "wait_dur_ns", "consumed_ns", "gpu_wait_ns", "gpu_step_ns"]
+
+
 def gpu_batches(batches, kineto: dict[int, KinetoGPU] | None = None):
     """Per consumed batch: host wait, GPU idle while waiting (CUDA events), GPU step time, and the
     Kineto-measured GPU idle during the same wait when a profile covers it (all in ms)."""
     import pandas as pd
 
-    b = batches[batches["consumed_ns"].notna()].copy()
+    keep = batches["consumed_ns"].notna().to_numpy(dtype=bool)
+
+    def col(name):  # one column of the consumed rows at a time (no copy of the frame)
+        return batches[name][keep].to_numpy()
+
     out = pd.DataFrame({
-        "rank": b["rank"].to_numpy(), "loader": b["loader"].to_numpy(), "epoch": b["epoch"].to_numpy(),
-        "batch_id": b["batch_id"].to_numpy(), "wait_ms": _ms(b["wait_dur_ns"]),
-        "gpu_wait_ms": _ms(b["gpu_wait_ns"]), "gpu_step_ms": _ms(b["gpu_step_ns"]), "kineto_idle_ms": np.nan,
+        "rank": col("rank"), "loader": col("loader"), "epoch": col("epoch"), "batch_id": col("batch_id"),
+        "wait_ms": _ms(batches["wait_dur_ns"], keep), "gpu_wait_ms": _ms(batches["gpu_wait_ns"], keep),
+        "gpu_step_ms": _ms(batches["gpu_step_ns"], keep), "kineto_idle_ms": np.nan,
     })
     if kineto:
-        lo = b["wait_start_ns"].astype("float64").to_numpy()
-        hi = b["consumed_ns"].astype("float64").to_numpy()
-        ranks = b["rank"].to_numpy()
+        lo = batches["wait_start_ns"][keep].astype("float64").to_numpy()
+        hi = batches["consumed_ns"][keep].astype("float64").to_numpy()
+        ranks = out["rank"].to_numpy()
         for rank, busy in kineto.items():
             w0, w1 = busy.window
             sel = (ranks == rank) & (lo >= w0) & (hi <= w1) & ~np.isnan(lo)
@@ -120,9 +129,9 @@ def gpu_batches(batches, kineto: dict[int, KinetoGPU] | None = None):
     return out
 
 
-def _ms(column) -> np.ndarray:
-    """A column of ns as float64 ms (NaN where missing)."""
-    return column.astype("float64").to_numpy() / 1e6
+def _ms(column, keep: np.ndarray | None = None) -> np.ndarray:
+    """A column of ns as float64 ms (NaN where missing), of the rows ``keep`` (a mask) or all."""
+    return (column if keep is None else column[keep]).astype("float64").to_numpy() / 1e6
 
 
 def gpu_ms_by_rank(batches) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -166,14 +175,20 @@ def _telemetry(events, t0: int, t1: int, samples: int) -> dict | None:
 def gpu_report(events, batches, kineto: dict[int, KinetoGPU] | None = None) -> dict:
     """GPU idle summary per rank, the straggler rank/worker, and the Kineto cross-check."""
     per = gpu_batches(batches, kineto)
-    used = batches[batches["consumed_ns"].notna()]
+    used = batches["consumed_ns"].notna().to_numpy(dtype=bool)
+    rank_of = batches["rank"].to_numpy()
+    per_rank = per["rank"].to_numpy()
     ranks: dict = {}
-    for rank, g in per.groupby("rank"):
-        ub = used[used["rank"] == rank]
-        t0 = int(ub["wait_start_ns"].min()) if ub["wait_start_ns"].notna().any() else int(ub["consumed_ns"].min())
-        t1 = int(ub["consumed_ns"].max())
+    for rank in np.unique(per_rank):  # groupby("rank")'s groups, without a copy of a run of one rank
+        sel = per_rank == rank
+        g = per if sel.all() else per[sel]
+        ub = used & (rank_of == rank)
+        wait_start = batches["wait_start_ns"][ub]
+        t0 = int(wait_start.min()) if wait_start.notna().any() else int(batches["consumed_ns"][ub].min())
+        t1 = int(batches["consumed_ns"][ub].max())
+        del wait_start
         span_ms = (t1 - t0) / 1e6
-        samples = int(ub["n_samples"].fillna(0).sum())
+        samples = int(batches["n_samples"][ub].fillna(0).sum())
         r: dict = {"batches": len(g), "samples": samples, "loop_span_ms": span_ms,
                    "host_wait_ms": _dist(g["wait_ms"].to_numpy()),
                    "host_wait_share": float(np.nansum(g["wait_ms"]) / span_ms) if span_ms > 0 else None}

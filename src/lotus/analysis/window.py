@@ -105,32 +105,49 @@ def window_batches(batches, t0: int, t1: int):
     return batches[ok]
 
 
+# the batch columns overview reads: a scanned run's frame is made of these only
+OVERVIEW_COLUMNS = ["rank", "worker_id", "failed", "dispatch_ns", "prep_start_ns", "prep_dur_ns", "wait_start_ns",
+                    "wait_dur_ns"]
+
+
 def overview(batches, bucket_ns: int):
     """One row per (bucket, track): ``t_ns`` (bucket start), ``track`` (``r0/w1`` or ``r0 loop wait``),
-    ``share`` (busy or waiting share of the bucket)."""
+    ``share`` (busy or waiting share of the bucket). Reads the columns :data:`OVERVIEW_COLUMNS`, each
+    group's rows one group at a time (no copy of the whole frame)."""
     import pandas as pd
 
-    from lotus.analysis.stats import prepared
-    from lotus.query import worker_label
+    from lotus.query import failed_mask, worker_label
 
     parts = []
     cols = ["t_ns", "track", "share"]
-    b = prepared(batches)
-    starts = np.concatenate([batches[c].to_numpy(dtype=np.float64, na_value=np.nan)
-                             for c in ("prep_start_ns", "wait_start_ns", "dispatch_ns")])
-    if not np.isfinite(starts).any():  # no batch: no track
+    firsts = []
+    for c in ("prep_start_ns", "wait_start_ns", "dispatch_ns"):
+        v = batches[c].to_numpy(dtype=np.float64, na_value=np.nan)
+        if np.isfinite(v).any():
+            firsts.append(np.nanmin(v))
+        del v
+    if not firsts:  # no batch: no track
         return pd.DataFrame(columns=cols)
-    t_start = int(np.nanmin(starts))
-    groups = [(worker_label(r, w), g["prep_start_ns"], g["prep_dur_ns"])
-              for (r, w), g in b.assign(worker_id=b["worker_id"].fillna(-1)).groupby(["rank", "worker_id"])]
-    w = batches[batches["wait_dur_ns"].notna().to_numpy(dtype=bool, na_value=False)]
-    groups += [(f"r{int(r)} loop wait", g["wait_start_ns"], g["wait_dur_ns"]) for r, g in w.groupby("rank")]
-    for label, start, dur in groups:
+    t_start = int(min(firsts))
+
+    def add(label, start, dur):
         s = start.to_numpy(np.int64) - t_start
         e = s + dur.to_numpy(np.int64)
         busy = _busy_per_bucket(s, e, bucket_ns)
         parts.append(pd.DataFrame({"t_ns": t_start + np.arange(len(busy), dtype=np.int64) * bucket_ns,
                                    "track": label, "share": busy / bucket_ns}))
+
+    # the prepared batches (lotus.analysis.stats.prepared), per (rank, worker)
+    ok = batches["prep_dur_ns"].notna().to_numpy(dtype=bool, na_value=False) & ~failed_mask(batches)
+    b = batches.loc[ok, ["rank", "worker_id", "prep_start_ns", "prep_dur_ns"]]
+    b["worker_id"] = b["worker_id"].fillna(-1)
+    for (r, w), g in b.groupby(["rank", "worker_id"]):
+        add(worker_label(r, w), g["prep_start_ns"], g["prep_dur_ns"])
+    del b
+    w = batches.loc[batches["wait_dur_ns"].notna().to_numpy(dtype=bool, na_value=False),
+                    ["rank", "wait_start_ns", "wait_dur_ns"]]
+    for r, g in w.groupby("rank"):
+        add(f"r{int(r)} loop wait", g["wait_start_ns"], g["wait_dur_ns"])
     return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 

@@ -20,7 +20,7 @@ def gpu(data_dir: Path, fig_dir: Path | None, as_json: bool) -> None:
     is in its directory, total GPU idle and a cross-check of the CUDA-event figure against it.
     DDP runs: per rank, and the straggler rank and worker."""
     from lotus.analysis.chrome import read_kineto
-    from lotus.analysis.gpu import gpu_batches, gpu_report, kineto_gpu_busy, plot_gpu_batches, plot_telemetry
+    from lotus.analysis.gpu import COLUMNS, gpu_batches, gpu_report, kineto_gpu_busy, plot_gpu_batches, plot_telemetry
 
     doc = {"configs": {}}
     for cfg in configs_of(data_dir):
@@ -29,9 +29,10 @@ def gpu(data_dir: Path, fig_dir: Path | None, as_json: bool) -> None:
             busy = kineto_gpu_busy(read_kineto(path), path.name)
             if busy.events:
                 kineto[busy.rank] = busy
-        report = gpu_report(cfg.events, cfg.batches, kineto or None)
+        batches = cfg.batches_of(COLUMNS)  # a scanned run: a frame of these columns only
+        report = gpu_report(cfg.events, batches, kineto or None)
         if as_json:
-            per = gpu_batches(cfg.batches, kineto or None)
+            per = gpu_batches(batches, kineto or None)
             doc["configs"][cfg.name] = {**report, "batches_detail": per.to_dict(orient="records")}
         else:
             _print(cfg.name, report)
@@ -40,7 +41,7 @@ def gpu(data_dir: Path, fig_dir: Path | None, as_json: bool) -> None:
 
             tag = safe_name(cfg.name)
             with writing(fig_dir):
-                paths = save_figure(plot_gpu_batches(gpu_batches(cfg.batches, kineto or None)), fig_dir,
+                paths = save_figure(plot_gpu_batches(gpu_batches(batches, kineto or None)), fig_dir,
                                     f"gpu_batches_{tag}")
                 if (cfg.events["cat"] == "gpu").any():
                     paths += save_figure(plot_telemetry(cfg.events), fig_dir, f"gpu_telemetry_{tag}")

@@ -37,7 +37,7 @@ def viz(data_dir: Path, out: Path, coarse: bool, merge: tuple[Path, ...], no_mer
     if overview or (scanned and window is None):
         t0, t1 = W.run_span(cfg.events)
         size = int(bucket * 1e9) if bucket else max((t1 - t0) // 2000, 1_000_000)
-        table = W.overview(cfg.batches, size)
+        table = W.overview(cfg.batches_of(W.OVERVIEW_COLUMNS), size)  # a scanned run: these columns only
         with writing(out):
             out.parent.mkdir(parents=True, exist_ok=True)
             n = W.write_overview(table, out, run_name=cfg.name)
