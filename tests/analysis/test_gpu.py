@@ -343,7 +343,7 @@ def test_probe_is_freed_without_the_cycle_collector(tmp_path, monkeypatch):
 
 def test_report_of_the_columns_it_reads_is_the_report(tmp_path):
     """`lotus analyze gpu` asks a scanned run for COLUMNS only (no whole batches frame): the same report."""
-    from lotus.analysis.gpu import COLUMNS
+    from lotus.analysis.gpu import COLUMNS, REPORT_COLUMNS
     from lotus.analysis.runs import load_config
 
     docs = write_gpu_run(tmp_path, ranks=(0, 1), slow_rank=1)
@@ -354,3 +354,5 @@ def test_report_of_the_columns_it_reads_is_the_report(tmp_path):
     assert list(lean.columns) == COLUMNS
     assert gpu_report(scanned.events, lean, kin) == gpu_report(whole.events, whole.batches, kin)
     assert gpu_batches(lean, kin).equals(gpu_batches(whole.batches, kin))
+    leaner = scanned.batches_of(REPORT_COLUMNS)  # the text report's: no ids
+    assert gpu_report(scanned.events, leaner, kin) == gpu_report(whole.events, whole.batches, kin)

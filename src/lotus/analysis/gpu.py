@@ -96,14 +96,17 @@ def idle_within(busy: KinetoGPU, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return (hi - lo) - (busy_until(hi) - busy_until(lo))
 
 
-# the batch columns gpu_report and gpu_batches read: a scanned run's frame is made of these only
-COLUMNS = ["rank", "loader", "epoch", "batch_id", "worker_id", "prep_dur_ns", "failed", "n_samples", "wait_start_ns",
-           "wait_dur_ns", "consumed_ns", "gpu_wait_ns", "gpu_step_ns"]
+# the batch columns gpu_report reads (a scanned run's frame is made of these only), and with the batches'
+# ids those gpu_batches lists (the --json detail, the figure)
+REPORT_COLUMNS = ["rank", "worker_id", "prep_dur_ns", "failed", "n_samples", "wait_start_ns", "wait_dur_ns",
+                  "consumed_ns", "gpu_wait_ns", "gpu_step_ns"]
+COLUMNS = ["rank", "loader", "epoch", "batch_id", *REPORT_COLUMNS[1:]]
 
 
 def gpu_batches(batches, kineto: dict[int, KinetoGPU] | None = None):
     """Per consumed batch: host wait, GPU idle while waiting (CUDA events), GPU step time, and the
-    Kineto-measured GPU idle during the same wait when a profile covers it (all in ms)."""
+    Kineto-measured GPU idle during the same wait when a profile covers it (all in ms). The batches' ids
+    (loader, epoch, batch_id) where ``batches`` has them (:data:`COLUMNS`; :data:`REPORT_COLUMNS`: the rank only)."""
     import pandas as pd
 
     keep = batches["consumed_ns"].notna().to_numpy(dtype=bool)
@@ -112,7 +115,7 @@ def gpu_batches(batches, kineto: dict[int, KinetoGPU] | None = None):
         return batches[name][keep].to_numpy()
 
     out = pd.DataFrame({
-        "rank": col("rank"), "loader": col("loader"), "epoch": col("epoch"), "batch_id": col("batch_id"),
+        **{c: col(c) for c in ("rank", "loader", "epoch", "batch_id") if c in batches},
         "wait_ms": _ms(batches["wait_dur_ns"], keep), "gpu_wait_ms": _ms(batches["gpu_wait_ns"], keep),
         "gpu_step_ms": _ms(batches["gpu_step_ns"], keep), "kineto_idle_ms": np.nan,
     })

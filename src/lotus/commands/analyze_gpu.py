@@ -20,7 +20,15 @@ def gpu(data_dir: Path, fig_dir: Path | None, as_json: bool) -> None:
     is in its directory, total GPU idle and a cross-check of the CUDA-event figure against it.
     DDP runs: per rank, and the straggler rank and worker."""
     from lotus.analysis.chrome import read_kineto
-    from lotus.analysis.gpu import COLUMNS, gpu_batches, gpu_report, kineto_gpu_busy, plot_gpu_batches, plot_telemetry
+    from lotus.analysis.gpu import (
+        COLUMNS,
+        REPORT_COLUMNS,
+        gpu_batches,
+        gpu_report,
+        kineto_gpu_busy,
+        plot_gpu_batches,
+        plot_telemetry,
+    )
 
     doc = {"configs": {}}
     for cfg in configs_of(data_dir):
@@ -29,7 +37,8 @@ def gpu(data_dir: Path, fig_dir: Path | None, as_json: bool) -> None:
             busy = kineto_gpu_busy(read_kineto(path), path.name)
             if busy.events:
                 kineto[busy.rank] = busy
-        batches = cfg.batches_of(COLUMNS)  # a scanned run: a frame of these columns only
+        # a scanned run: a frame of these columns only (the batches' ids for the listing and the figure)
+        batches = cfg.batches_of(COLUMNS if as_json or fig_dir is not None else REPORT_COLUMNS)
         report = gpu_report(cfg.events, batches, kineto or None)
         if as_json:
             per = gpu_batches(batches, kineto or None)
