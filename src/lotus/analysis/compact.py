@@ -67,9 +67,14 @@ def _first_per_group(t, sel: np.ndarray, by: str) -> np.ndarray:
 
 
 # -- stats -------------------------------------------------------------------------------------------
+def _prepared(v) -> np.ndarray:
+    """The mask of a view's rows :func:`lotus.analysis.stats.prepared` keeps (a preparation time, not failed)."""
+    return v.valid("prep_dur_ns") & ~v.failed()
+
+
 def _prep(v) -> tuple[np.ndarray, np.ndarray]:
     """(rows, their prep_dur_ns as float64) of a view: :func:`lotus.analysis.stats.prepared`."""
-    rows = np.flatnonzero(v.valid("prep_dur_ns") & ~v.failed())
+    rows = np.flatnonzero(_prepared(v))
     return rows, v.values("prep_dur_ns", rows)[0].astype(np.float64)
 
 
@@ -220,7 +225,7 @@ def wait_stats(t) -> dict:
 
 def prepared_count(t) -> int:
     """``len(lotus.analysis.stats.prepared(batches))`` of a table."""
-    return sum(int((v.valid("prep_dur_ns") & ~v.failed()).sum()) for v in t.views())
+    return sum(int(_prepared(v).sum()) for v in t.views())
 
 
 def valid_count(t, name: str) -> int:
