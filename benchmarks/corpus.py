@@ -13,6 +13,8 @@ same job runs alone (``taskset``, no lotus) at the points the command speaks of,
   tune's seconds against the sweep's (the sum of its runs' wall times). The table adds tune's share of a sweep
   of EVERY count from the grid's least to its most, projected (one grid-mean run a count; not measured, and
   its best not known: the error stays against the grid's best).
+  ``tunep``: the same with ``--process-per-probe`` (every probe a process of its own; ``tune`` runs its
+  probes in the job's one process since 2026-11-28), the same truths.
 - ``sens``: ``lotus sensitivity --cpus-grid G``; truth: the job alone at each CPU count of G with the best of
   a few worker counts; error per cell (the warm column) and the demand (fewest CPUs of G reaching 95% of
   the best) against the truth's demand.
@@ -257,12 +259,17 @@ class Corpus:
                 "detail": {k: d.get(k) for k in ("stall_source", "warm_measured_wait_share", "compute_share",
                                                   "prep_stall_share", "fetch_stall_share", "notes")}}
 
-    def tune(self, shape: str) -> dict | None:
+    def tunep(self, shape: str) -> dict | None:
+        """``tune`` with every probe a process of its own (``--process-per-probe``; before 2026-11-28 the only way)."""
+        return self.tune(shape, per_process=True)
+
+    def tune(self, shape: str, per_process: bool = False) -> dict | None:
         _, c, w, sweep, *_ = self.shapes[shape]
-        out = self.work / "tune" / shape
+        out = self.work / ("tune-p" if per_process else "tune") / shape
         d, secs, err = self.lotus(["tune", "--only", "num_workers", "--cpus", self.cpus(c), "--max-seconds",
                                    str(self.a.seconds), "--budget-minutes", str(self.a.tune_minutes),
-                                   "--max-workers", str(max(sweep)), "--out", str(out), "--json", "--",
+                                   "--max-workers", str(max(sweep)), "--out", str(out), "--json",
+                                   *(["--process-per-probe"] if per_process else []), "--",
                                    *self.args(shape, w, 100000)], out, shape)
         truth = {x: self.plain(shape, c, x) for x in sweep}
         if any(v is None for v in truth.values()):
@@ -281,6 +288,8 @@ class Corpus:
                 "detail": {"chosen_workers": chosen, "best_workers": best_w, "lotus_rate": d["samples_per_s"],
                            "lotus_ci95": d["ci95"], "sweep": {x: v["samples_per_s"] for x, v in truth.items()},
                            "sweep_s": sweep_s, "stopped": d.get("stopped"),
+                           "probe_walls": [[p["settings"].get("num_workers"), round(p["wall_s"], 2), p.get("in_series")]
+                                           for p in d["probes"]],
                            "model_holds": (d.get("model_check") or {}).get("holds")}}
 
     def sens(self, shape: str) -> dict | None:
@@ -381,7 +390,7 @@ def table(work: Path, hosts: dict[str, Path] | None = None) -> str:
         err = d.get("error")
         err_s = "-" if err is None else (f"{err:+.1f} pt" if unit == "points" else f"{100 * err:+.1f}%")
         note = []
-        if d["command"] == "tune":
+        if d["command"] in ("tune", "tunep"):
             note.append(f"{d['detail']['chosen_workers']} workers (best {d['detail']['best_workers']}), "
                         f"{100 * d['time_share']:.0f}% of the sweep's time{_exhaustive(d)}")
         if d["command"] == "sens":

@@ -18,8 +18,8 @@ mkdir -p "$WORK" "$OUT"
 . "$REPO/benchmarks/device_lib.sh"
 T0=$(date +%s)
 pack() {  # after every step: a command killed at its limit still brings back what was done
-    (cd "$WORK" && tar -czf "$OUT/corpus.tgz" results truth $(ls -d stalls/*.log tune/*.log sens/*.log \
-        tune/*/tune.json 2>/dev/null)
+    (cd "$WORK" && tar -czf "$OUT/corpus.tgz" results truth $(ls -d stalls/*.log tune*/*.log sens/*.log \
+        tune*/*/tune.json 2>/dev/null)
      tar -czf "$OUT/traced.tgz" traced 2>/dev/null)
 }
 [ -n "${RESUME:-}" ] && [ -d "$REPO/$RESUME" ] && cp -r "$REPO/$RESUME"/. "$WORK"/

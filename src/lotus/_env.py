@@ -14,6 +14,9 @@ STEPS = "LOTUS_STEPS"  # lotus run --steps N: end the job after N consumed batch
 PRECISION = "LOTUS_PRECISION"  # lotus run --precision P: end the job once its steady rate is known to +-P
 PROBE_MAX_S = "LOTUS_PROBE_MAX_S"  # lotus run --max-seconds S: end a probe after S seconds of hand-offs
 STOP_BELOW = "LOTUS_STOP_BELOW"  # lotus run --below R: end a probe once its rate's interval lies under R samples/s
+PROBE_SERIES = "LOTUS_PROBE_SERIES"  # DIR: probes in one process; at each probe's end wait for DIR/next-K.json
+# what one probe of a series sets (lotus.launch.series sends them, lotus.dataloader.series applies them)
+PROBE_KEYS = (TRACE_DIR, WORKERS, LOADER_ARGS, STEPS, PRECISION, PROBE_MAX_S, STOP_BELOW)
 # live metrics sinks (lotus.live.sinks): a sidecar process follows the trace and publishes
 TENSORBOARD = "LOTUS_TENSORBOARD"  # DIR: TensorBoard scalars under DIR/lotus/
 PROMETHEUS = "LOTUS_PROMETHEUS"  # [HOST:]PORT: a Prometheus endpoint

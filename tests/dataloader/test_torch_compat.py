@@ -96,3 +96,23 @@ def test_loader_attributes_exist_on_a_persistent_loader():
     compat.drop_persistent_iterator(loader)
     assert compat.persistent_iterator(loader) is None
     assert len(list(loader)) == 2  # a new iterator, new workers
+
+
+def test_an_iterator_becomes_another_with_its_workers_and_torch_s_bookkeeping():
+    # lotus.dataloader.series: the loop's iterator object takes over a fresh iterator's class and state
+    loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2, num_workers=0)
+    held = iter(loader)  # the loop holds a num_workers=0 iterator
+    assert next(held).tolist() == [0, 1]
+    compat.set_loader_setting(loader, "num_workers", 2)
+    compat.set_loader_setting(loader, "persistent_workers", True)  # torch refuses this after __init__
+    compat.set_loader_setting(loader, "prefetch_factor", 2)
+    compat.set_loader_setting(loader, "pin_memory", True)
+    fresh = loader._get_iterator()
+    compat.become(held, fresh)
+    assert type(held) is compat.MultiProcessingIter and not hasattr(fresh, "_workers")
+    del fresh  # a spent object stops nothing
+    assert [b.tolist() for b in held] == [[0, 1], [2, 3], [4, 5], [6, 7]]  # the new workers serve the same object
+    atexit_set = getattr(torch.utils.data.dataloader, "_persistent_workers_atexit", None)
+    if atexit_set is not None and compat.accelerator_available():
+        assert held in atexit_set
+    held._shutdown_workers()  # torch's SIGCHLD bookkeeping follows the object (KeyError/ValueError otherwise)

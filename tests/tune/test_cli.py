@@ -42,14 +42,33 @@ def test_tune_end_to_end_json(tmp_path):
     assert (out / "tune.json").exists()
     assert any("pin_memory" in n and "no-op" in n for n in doc["notes"])  # CPU only
     assert doc["seconds"] < 120
+    # the probes ran in the job's one process (lotus.launch.series) but an epoch-crossing one, which has its own
+    series = [p for p in probes if p["in_series"] is not None]
+    assert [p["in_series"] for p in series] == list(range(len(series))) and len(series) >= 2
+    pids = {json.loads(f.read_text())["pid"] for p in series for f in Path(p["trace_dir"]).glob("lotus-steps-*")}
+    assert len(pids) == 1
+    assert all(p["phase"] == "persistent_workers" for p in probes if p["in_series"] is None)
+
+
+@pytest.mark.timeout(150)
+def test_probes_in_a_process_each_when_asked(tmp_path):
+    out = tmp_path / "t"
+    r = _lotus("--steps", "10", "--max-probes", "3", "--only", "num_workers", "--process-per-probe", "--out", str(out),
+               "--json", "--", sys.executable, JOB, "--item-ms", "2", "--step-ms", "3")
+    assert r.returncode == 0, r.stderr
+    probes = json.loads(r.stdout)["probes"]
+    assert len(probes) >= 2 and all(p["in_series"] is None for p in probes)
+    pids = {json.loads(f.read_text())["pid"] for p in probes for f in Path(p["trace_dir"]).glob("lotus-steps-*")}
+    assert len(pids) == len(probes)
 
 
 @pytest.mark.timeout(120)
 def test_crashing_probes_are_marked_and_tuning_goes_on(tmp_path):
     from lotus.tune import tune
 
+    # --crash-if-forced fails at start-up: a process of its own a probe
     r = tune([sys.executable, JOB, "--crash-if-forced"], out=tmp_path / "t", steps=8, max_probes=3,
-             only=("num_workers",))
+             only=("num_workers",), one_process=False)
     base, *rest = r.probes
     assert not base.failed and base.samples_per_s > 0
     assert len(rest) == 2 and all(p.failed and p.exit_code == 3 for p in rest)

@@ -197,6 +197,43 @@ def drop_persistent_iterator(loader) -> None:
     loader._iterator = None
 
 
+def keep_persistent_iterator(loader, iterator) -> None:
+    """Make ``iterator`` the one a persistent_workers loader resets at its next epoch."""
+    loader._iterator = iterator
+
+
+def set_loader_setting(loader, name: str, value) -> None:
+    """Set a DataLoader attribute after its ``__init__``, past torch's guard (``DataLoader.__setattr__``
+    refuses ``persistent_workers`` once initialised); only between iterators (lotus.dataloader.series)."""
+    object.__setattr__(loader, name, value)
+
+
+class _Spent:
+    """What an iterator object becomes once another took over its state (no ``__del__``: it stops nothing)."""
+
+
+def become(iterator, new) -> None:
+    """Give ``iterator`` (the object the training loop holds) the class and state of ``new``, a fresh
+    iterator of the same loader; ``new`` keeps nothing (its ``__del__`` would stop the workers it handed over).
+    torch's iterators are plain Python classes (no ``__slots__``), so the swap is Python's own ``__class__``
+    assignment; the canary test checks it."""
+    state = new.__dict__
+    pids = tuple(w.pid for w in state.get("_workers", ())) if state.get("_worker_pids_set") else None
+    if pids is not None:  # torch keys its SIGCHLD bookkeeping of a worker set by the iterator's id()
+        _data_utils.signal_handling._remove_worker_pids(id(new))
+    atexit_set = getattr(_dl, "_persistent_workers_atexit", None)  # torch >= 2.10: persistent+pinned iterators
+    registered = atexit_set is not None and new in atexit_set
+    iterator.__class__ = type(new)
+    iterator.__dict__ = state
+    new.__class__ = _Spent
+    new.__dict__ = {}
+    if pids is not None:
+        _data_utils.signal_handling._set_worker_pids(id(iterator), pids)
+    if registered:
+        atexit_set.discard(new)
+        atexit_set.add(iterator)
+
+
 @lru_cache(maxsize=1)
 def _worker_check_site() -> tuple[str, int] | None:
     """(file, line) of the ``check_worker_number_rationality()`` call in torch's own ``_get_iterator``."""

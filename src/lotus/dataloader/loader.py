@@ -88,7 +88,9 @@ class LoaderTrace:
     """Main-process tracing state of one DataLoader: its id, current epoch, and the process writer."""
 
     def __init__(self, loader: TorchDataLoader, trace_dir: str, itt: bool, name: str | None,
-                 telemetry: bool = False, budget: float | None = None):
+                 telemetry: bool = False, budget: float | None = None, loader_id: int | None = None):
+        self.name = name
+        self.segment = 0  # the probe of a series this trace belongs to (lotus.dataloader.series)
         self.budget = budget  # detail budget, fraction of the work (None: full detail; lotus.dataloader.budget)
         self.rank, self.world_size = distributed_rank()
         self.telemetry = telemetry
@@ -106,7 +108,7 @@ class LoaderTrace:
         self.itt = itt
         self.w = main_writer(trace_dir, rank=self.rank, world_size=self.world_size)
         self.on = self.w.ok
-        self.loader_id = next_loader_id()
+        self.loader_id = next_loader_id() if loader_id is None else loader_id
         self.epoch = -1
         self._rec: Recorder | None = None
         if self.on:

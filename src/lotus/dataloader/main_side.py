@@ -8,6 +8,7 @@ and the end of an epoch, however it ends (exhausted, abandoned, probe end), flus
 from __future__ import annotations
 
 import time
+import weakref
 
 from lotus.dataloader import _torch_compat as compat
 from lotus.dataloader import compose
@@ -78,6 +79,7 @@ class _MainSide:
 
     def _lotus_init(self, loader) -> None:
         self._lt = loader._lotus if loader._lotus is not None else _NULL
+        self._lotus_loader = weakref.ref(loader)  # a probe series gives the loader its next probe's settings
         self._lotus_policy: Policy = loader._lotus_policy
         self._lotus_active = False
         self._lotus_t0 = None
@@ -144,10 +146,15 @@ class _MainSide:
                                          lt.epoch)
             if why is not None:
                 from lotus.dataloader.probe import end_job
+                from lotus.dataloader.series import control_dir, next_probe
 
                 if lt.on:
                     self._lotus_step_done(mono())  # the last batch's step is complete: the loop asks again
-                end_job(lt, self, why)  # raises SystemExit(0)
+                series = control_dir()
+                if series is None:
+                    end_job(lt, self, why)  # raises SystemExit(0)
+                next_probe(lt, self, why, series)  # this iterator is now the next probe's (or SystemExit)
+                return self.__next__()
             if not lt.on:
                 data = super().__next__()
                 lt.consumed += 1

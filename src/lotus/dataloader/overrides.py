@@ -19,7 +19,7 @@ from lotus import _env
 
 OVERRIDABLE: dict[str, type] = {"num_workers": int, "prefetch_factor": int, "pin_memory": bool,
                                 "persistent_workers": bool, "in_order": bool}
-_NO_WORKERS = {"persistent_workers": False, "prefetch_factor": None, "timeout": 0, "multiprocessing_context": None}
+NO_WORKERS = {"persistent_workers": False, "prefetch_factor": None, "timeout": 0, "multiprocessing_context": None}
 
 
 def check(key: str, value):
@@ -87,6 +87,6 @@ def apply(signature: inspect.Signature, args: tuple, kwargs: dict, forced: dict)
         put(k, v)
     workers = forced.get("num_workers", bound.get("num_workers", 0))
     if not workers:  # torch refuses these without workers, whoever set them
-        for k, v in _NO_WORKERS.items():
+        for k, v in NO_WORKERS.items():
             put(k, v)
     return tuple(args), kwargs, requested

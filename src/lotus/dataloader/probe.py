@@ -90,6 +90,14 @@ class StopRule:
 
 
 def end_job(lt, iterator, why: str = "steps") -> None:
+    """End the probe and the job: the trace complete, the marker written, ``SystemExit(0)``."""
+    finish_probe(lt, iterator, why)
+    raise SystemExit(0)
+
+
+def finish_probe(lt, iterator, why: str = "steps") -> None:
+    """Close the probe's trace (the epoch's end, this iterator's workers, every main-process trace file) and
+    write the marker the launcher waits for. Never raises."""
     try:
         iterator._lotus_epoch_end(S.EPOCH_PROBE_END)
     except Exception:
@@ -110,9 +118,10 @@ def end_job(lt, iterator, why: str = "steps") -> None:
         rule = getattr(lt, "stop_rule", None)
         est = rule.last.rel_halfwidth if rule is not None and rule.last is not None else None
         marker = Path(lt.trace_dir) / f"{STEPS_MARKER}-r{lt.rank}-p{os.getpid()}.json"
-        marker.write_text(json.dumps({"pid": os.getpid(), "rank": lt.rank, "loader": lt.loader_id,
+        tmp = marker.with_name(f".{marker.name}.tmp")  # whole or absent: a series' launcher reads it at once
+        tmp.write_text(json.dumps({"pid": os.getpid(), "rank": lt.rank, "loader": lt.loader_id,
                                       "steps": lt.consumed, "wall_ns": time.time_ns(), "stopped_by": why,
-                                      "rel_halfwidth": est}))
+                                      "rel_halfwidth": est, "segment": getattr(lt, "segment", 0)}))
+        os.replace(tmp, marker)
     except Exception:
         pass
-    raise SystemExit(0)

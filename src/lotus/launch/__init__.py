@@ -9,7 +9,8 @@ forkserver) import a start-up hook (:mod:`lotus.launch.hook`, reached through a 
 ``PYTHONPATH``) that makes ``torch.utils.data.DataLoader`` lotus's as soon as torch is imported. The
 overrides (``--workers``, ``--steps``, ``--cpus``...) travel in environment variables
 (:mod:`lotus.launch.options`). This is the one launcher of lotus: ``lotus run``, tuning, sensitivity
-profiling and the multi-app dispatcher all start processes through :func:`launch`.
+profiling and the multi-app dispatcher all start processes through :func:`launch`; :class:`Series`
+(:mod:`lotus.launch.series`) runs several probes in one launched process (``lotus tune``).
 
 Feature layer (docs/architecture.md): may import :mod:`lotus.model`, :mod:`lotus.analysis`, the engine
 (:mod:`lotus.query` itself), the format, the tracing side and other feature packages (no cycle);
@@ -18,7 +19,7 @@ never the commands.
 
 from __future__ import annotations
 
-__all__ = ["LaunchOptions", "Probe", "launch"]
+__all__ = ["LaunchOptions", "Probe", "Series", "launch"]
 
 
 def __getattr__(name: str):
@@ -30,4 +31,8 @@ def __getattr__(name: str):
         from lotus.launch import runner
 
         return getattr(runner, name)
+    if name == "Series":
+        from lotus.launch.series import Series
+
+        return Series
     raise AttributeError(f"module 'lotus.launch' has no attribute {name!r}")

@@ -41,6 +41,7 @@ class LaunchOptions:
     list_dataset_files: bool = False  # loaders write their dataset's file list into the trace dir
     on_start: object = None  # callable(pid) run right after the job started (pid = its process group)
     sinks: object = None  # lotus.live.sinks.SinkOptions: live metrics from a sidecar that follows the trace
+    series: str | os.PathLike | None = None  # probes in one process: the control directory (lotus.launch.series)
 
 
 def parse_cpus(text: str) -> list[int]:
@@ -122,7 +123,7 @@ def job_env(options: LaunchOptions, trace_dir: Path | None, base: dict[str, str]
     env[_env.LAUNCH] = "1"
     for name in (_env.TRACE_DIR, _env.WORKERS, _env.STEPS, _env.PRECISION, _env.PROBE_MAX_S, _env.ITT, _env.TELEMETRY,
                  _env.REPLAY, _env.DATASET_FILES, _env.LOADER_ARGS, _env.TENSORBOARD, _env.PROMETHEUS, _env.WANDB,
-                 _env.SINK_PERIOD, _env.SIDECAR):
+                 _env.SINK_PERIOD, _env.SIDECAR, _env.STOP_BELOW, _env.PROBE_SERIES):
         env.pop(name, None)  # the launcher's sidecar publishes: the job's loaders start none of their own
     if options.full_detail:
         env[_env.DETAIL] = "full"
@@ -146,6 +147,8 @@ def job_env(options: LaunchOptions, trace_dir: Path | None, base: dict[str, str]
             env[_env.PROBE_MAX_S] = repr(float(options.max_seconds))
         if options.below:
             env[_env.STOP_BELOW] = repr(float(options.below))
+    if options.series is not None:
+        env[_env.PROBE_SERIES] = str(Path(options.series).resolve())
     if options.replay:
         env[_env.REPLAY] = str(int(options.replay))
     if options.list_dataset_files:

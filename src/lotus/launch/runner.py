@@ -295,7 +295,8 @@ def launch(command: list[str], options: LaunchOptions | None = None) -> Probe:
             except subprocess.TimeoutExpired:
                 pass
             now = time.monotonic()
-            if options.steps is not None and steps_seen_at is None and _steps_reached(trace_dir):
+            if options.steps is not None and options.series is None and steps_seen_at is None \
+                    and _steps_reached(trace_dir):  # a series' job waits after each probe (lotus.launch.series)
                 steps_seen_at = now
             if steps_seen_at is not None and now - steps_seen_at > options.grace_s:
                 _log.warning("the job did not exit %.0f s after reaching --steps; stopping it", options.grace_s)

@@ -161,7 +161,8 @@ def _record(e) -> ProbeRecord:
                        samples_per_s=m.samples_per_s, predicted_samples_per_s=e.predicted_samples_per_s,
                        wait_share=m.wait_share, wall_s=m.wall_s, exit_code=m.exit_code, failed=not m.ok,
                        steps=m.steps, trace_dir=m.trace_dir, stderr_tail="" if m.ok else m.stderr_tail,
-                       ci95=list(m.ci95) if m.ci95 else None, stopped_by=m.stopped_by, note=m.note)
+                       ci95=list(m.ci95) if m.ci95 else None, stopped_by=m.stopped_by, note=m.note,
+                       in_series=m.in_series)
 
 
 __all__ = ["TuneOptions", "run_tuning"]

@@ -7,7 +7,10 @@ steady rate's 95% interval is within ``precision`` (see :mod:`lotus.dataloader.p
 rate it must reach to be chosen (``below``, from the best measured so far), or at its caps:
 ``steps`` batches after its ramp (``num_workers x prefetch_factor`` batches), ``max_seconds``. With
 ``precision`` None it runs ``steps`` batches after its ramp (the baseline, whose settings are unknown until
-its trace is read, ``2 x steps``); an epoch-crossing probe always runs its fixed length. The model is
+its trace is read, ``2 x steps``); an epoch-crossing probe always runs its fixed length. With ``one_process``
+(the default of :func:`tune`) the probes run one after another in the job's one process
+(:class:`lotus.launch.series.Series`): the start-up is paid once; an epoch-crossing probe, and every probe after
+the series' job ended, is a process of its own (docs/tune.md "Probes in one process"). The model is
 :func:`lotus.model.fit` on the traces of every successful probe so far. Nothing here starts a process or fits
 a curve by itself.
 """
@@ -98,13 +101,23 @@ class JobProber:
 
     def __init__(self, command: list[str], out: Path, *, steps: int, cpus: list[int] | None,
                  timeout_s: float | None, progress: Callable[[str], None] | None = None,
-                 precision: float | None = None, max_seconds: float | None = None):
+                 precision: float | None = None, max_seconds: float | None = None, one_process: bool = False):
         self.command, self.out, self.steps, self.cpus = command, out, steps, cpus
+        self.series = None  # probes in one process of the job (lotus.launch.series), while it lasts
+        if one_process:
+            from lotus.launch.series import Series
+
+            self.series = Series(command, out / "series")
         self.precision, self.max_seconds = precision or None, max_seconds
         self.timeout_s, self.progress = timeout_s, progress
         self.count = 0
         self.first_wall_s: float | None = None
         self.own: LoaderSettings | None = None  # the job's own settings, once the baseline told them
+
+    def close(self) -> None:
+        """End the series' job, if one is running."""
+        if self.series is not None:
+            self.series.close()
 
     def __call__(self, settings: LoaderSettings, phase: str, steps: int | None = None,
                  below: float | None = None) -> Measurement:
@@ -123,15 +136,29 @@ class JobProber:
             timeout = max(120.0, 5 * self.first_wall_s * steps / (2 * self.steps))
             if precision:
                 timeout = max(120.0, 3 * self.first_wall_s, 1.5 * (self.max_seconds or 0.0) + 60.0)
-        probe = launch(self.command, LaunchOptions(
+        options = LaunchOptions(
             trace_dir=self.out / name, steps=steps, workers=settings.num_workers, loader_args=settings.loader_args(),
             cpus=self.cpus, capture=True, timeout_s=timeout, precision=precision,
-            max_seconds=self.max_seconds if precision else None, below=below))
+            max_seconds=self.max_seconds if precision else None, below=below)
+        series = self.series
+        in_series = series is not None and not fixed and (not series.started or series.alive)
+        if in_series:
+            try:  # the next probe in the job's running process: no start-up
+                probe = series.probe(options, timeout_s=timeout)
+            except BaseException:
+                series.kill()
+                raise
+        else:  # a process of its own (an epoch-crossing probe, or the series' job has ended)
+            if series is not None:
+                series.close()  # the series' job would hold its memory (the GPU's too) while this one runs
+            probe = launch(self.command, options)
         if probe.stopped == "interrupt":  # Ctrl-C reached the job: stop tuning (the traces so far stay)
             raise KeyboardInterrupt
         if self.first_wall_s is None:
             self.first_wall_s = probe.wall_s
         m = measurement_of(probe, settings, steps)
+        if in_series and probe.steps_reached:
+            m.in_series = series.k
         if self.own is None and m.effective is not None:
             self.own = m.effective
         _log.info("%s: %s samples/s (95%% CI %s), ended by %s, exit code %d, %.1f s", name,
@@ -156,7 +183,7 @@ def tune(command: list[str], *, out: str | os.PathLike | None = None, steps: int
          cpus: list[int] | None = None, budget_minutes: float | None = 10.0, max_probes: int = 12,
          max_workers: int | None = None, tolerance: float = 0.05, near_best: float = 0.02, min_gain: float = 0.02,
          only: tuple[str, ...] | None = None, timeout_s: float | None = None,
-         progress: Callable[[str], None] | None = None) -> TuneResult:
+         progress: Callable[[str], None] | None = None, one_process: bool = True) -> TuneResult:
     """Find the DataLoader settings that maximise the samples/s of ``command`` (see docs/tune.md).
 
     Raises :class:`lotus.launch.runner.CommandNotFound` / ``LaunchError`` before anything runs, and
@@ -172,9 +199,12 @@ def tune(command: list[str], *, out: str | os.PathLike | None = None, steps: int
                           max_probes=max_probes, max_workers=max_workers, tolerance=tolerance, near_best=near_best,
                           min_gain=min_gain, **({"only": tuple(only)} if only else {}))
     prober = JobProber(command, out, steps=steps, cpus=cpus, timeout_s=timeout_s, progress=progress,
-                       precision=precision, max_seconds=max_seconds)
+                       precision=precision, max_seconds=max_seconds, one_process=one_process)
     n_cpus = len(cpus) if cpus else len(allowed_cpus())
-    result = run_tuning(prober, fit_model, cpus=float(n_cpus), options=options, command=command)
+    try:
+        result = run_tuning(prober, fit_model, cpus=float(n_cpus), options=options, command=command)
+    finally:
+        prober.close()
     result.out = str(out)
     from lotus.analysis.jsonutil import dumps
 

@@ -105,6 +105,7 @@ class Measurement:
     note: str | None = None  # the rate's note (an interval wider than the target, a short window...)
     ranks: int = 1  # processes with a traced loader (torchrun ranks)
     run: object = field(default=None, repr=False)  # what the model is fitted on (a RunTrace), if any
+    in_series: int | None = None  # its place among the probes run in the job's one process (None: a process of its own)
 
     @property
     def ok(self) -> bool:
@@ -134,6 +135,7 @@ class ProbeRecord:
     model_error: float | None = None  # predicted (before the probe) / measured - 1
     loo_error: float | None = None  # the model of every other probe of the worker search / measured - 1
     disagrees: bool = False  # the model is off by more than this probe's interval + 10%
+    in_series: int | None = None  # its place among the probes run in the job's one process (None: its own process)
 
     def to_dict(self) -> dict:
         return asdict(self)
