@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,17 @@ def test_settings_of_a_series_probe_are_the_script_s_with_the_forced_over_them()
     apply_settings(loader, {"num_workers": 1, "pin_memory": False})
     assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (1, 3, True)
     assert loader._lotus_requested == {"num_workers": 2, "pin_memory": False}
+
+
+@pytest.mark.timeout(240)
+def test_another_loader_of_the_job_does_not_end_a_later_probe(tmp_path):
+    # the validation loader (4 batches every 10 steps) reaches 40 batches during the second probe, while it still
+    # traces into the first probe's directory: it goes on untraced, and the training loader's probes go on
+    cmd = [sys.executable, str(Path(TRAIN).parent / "two_loaders.py")]
+    series = Series(cmd, tmp_path / "ctl")
+    probes = [series.probe(LaunchOptions(trace_dir=tmp_path / f"p{i}", steps=40, workers=w))
+              for i, w in enumerate([None, 2, 0])]
+    assert all(p.steps_reached and p.ok for p in probes) and series.alive
+    assert series.close().exit_code == 0
+    assert "tracing of this DataLoader stopped (probe series" in probes[0].stderr_tail()
+    assert [_loader(p.trace_dir)["num_workers"] for p in probes] == [1, 2, 0]

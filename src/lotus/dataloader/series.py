@@ -13,9 +13,10 @@ own for the rest, made consistent as :mod:`lotus.dataloader.overrides` does at c
 loop holds becomes it (:func:`lotus.dataloader._torch_compat.become`): the loop's ``for`` goes on with the
 next probe's batches, from the start of a new pass of the sampler.
 
-One rank only (ranks that switched at different steps would leave a collective waiting): a job of several
-ranks, or a switch that fails, ends the job as a plain probe does, and the launcher starts the next probe
-as a process of its own.
+Another loader of the job still tracing into an earlier probe's directory (a validation loader) goes on
+untraced when it reaches the step limit, and ends no probe. One rank only (ranks that switched at different
+steps would leave a collective waiting): a job of several ranks, or a switch that fails, ends the job as a
+plain probe does, and the launcher starts the next probe as a process of its own.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from lotus._warn import warn_once
 
 WAIT_S = 600.0  # a launcher silent this long is gone: the job ends
 _POLL_S = 0.01
+_probe = 0  # the probe this process runs now (0: the one it was started for)
 _SETTINGS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "in_order", "timeout",
              "multiprocessing_context")
 
@@ -43,12 +45,20 @@ def next_probe(lt, iterator, why: str, control: str) -> None:
     ``SystemExit(0)`` when the series is over, the job has several ranks, or the switch fails."""
     from lotus.dataloader.probe import end_job, finish_probe
 
+    global _probe
     loader_ref = getattr(iterator, "_lotus_loader", None)
     loader = loader_ref() if loader_ref is not None else None
     if lt.world_size > 1 or loader is None or not lt.on:
         end_job(lt, iterator, why)
+    now = os.environ.get(_env.TRACE_DIR)
+    if now and os.path.abspath(lt.trace_dir) != os.path.abspath(now):
+        # another loader of the job (a validation loader), still tracing into an earlier probe's directory, whose
+        # files are closed: it goes on untraced and ends no probe
+        lt.stop_after = lt.stop_rule = None
+        lt.fail("probe series", RuntimeError("its probe is over"))
+        return
     finish_probe(lt, iterator, why)
-    k = lt.segment + 1
+    k = _probe + 1  # one count for the process, whichever loader ends a probe
     doc = _wait(Path(control) / f"next-{k}.json")
     if not doc or doc.get("stop"):
         raise SystemExit(0)
@@ -57,6 +67,7 @@ def next_probe(lt, iterator, why: str, control: str) -> None:
     except Exception as exc:  # never a half-switched loader: the job ends as a plain probe's does
         warn_once("probe-series", f"lotus: cannot start the next probe in this process ({exc!r}); ending the job")
         raise SystemExit(0) from None
+    _probe = k
 
 
 def _wait(path: Path) -> dict | None:
