@@ -85,7 +85,6 @@ def _wait(path: Path) -> dict | None:
 def _switch(loader, lt, iterator, doc: dict, k: int) -> None:
     from lotus.dataloader import _torch_compat as compat
     from lotus.dataloader import overrides
-    from lotus.dataloader.loader import LoaderTrace
 
     env = doc.get("env") or {}
     for key in _env.PROBE_KEYS:
@@ -96,8 +95,9 @@ def _switch(loader, lt, iterator, doc: dict, k: int) -> None:
             os.environ[key] = str(value)
     forced = overrides.from_env()
     apply_settings(loader, forced)
-    new_lt = LoaderTrace(loader, env[_env.TRACE_DIR], lt.itt, lt.name, lt.telemetry, lt.budget,
-                         loader_id=lt.loader_id)
+    # a LoaderTrace (lotus.dataloader.loader, which imports this module's caller: taken from ``lt``, no cycle)
+    new_lt = type(lt)(loader, env[_env.TRACE_DIR], lt.itt, lt.name, lt.telemetry, lt.budget,
+                      loader_id=lt.loader_id)
     if not new_lt.on:
         raise RuntimeError(f"no trace in {env[_env.TRACE_DIR]}")
     new_lt.segment = k
