@@ -47,6 +47,9 @@ JOBS = {
     "no-workers": ["--synthetic", "1", "-b", "16", "-j", "0", "--step-ms", "4", "--samples", "100000"],
     # heavy-tailed per-sample cost (log-normal, sigma 1)
     "jittery": ["--synthetic", "2", "-b", "8", "-j", "2", "--step-ms", "3", "--samples", "100000", "--jitter", "1"],
+    # more workers than CPUs (8 on 2, persistent): the workers, time-sliced together, hand off in bursts
+    "oversub": ["--synthetic", "4", "-b", "16", "-j", "8", "--step-ms", "1", "--samples", "100000",
+                "--persistent-workers"],
     # light per-sample Python (tokenizer-like): per-batch overheads dominate
     "light": ["--synthetic", "0.05", "-b", "64", "-j", "1", "--step-ms", "1", "--samples", "100000"],
 }

@@ -108,13 +108,17 @@ def window_rates(trace_dirs: dict[str, str], warmup_s: float, workers: dict | No
 
 
 def run_policy(policy: str, args, apps, pool: list[int]) -> dict:
+    import shutil
+
     from lotus.submit.apps import read_apps
     from lotus.submit.dispatch import submit
     from lotus.submit.local import LocalExecutor
     from lotus.submit.plan import PlanOptions
 
-    out_dir = args.work / f"submit-{policy}"
+    out_dir = args.work / f"submit-{policy.replace('#', '-')}"
+    shutil.rmtree(out_dir, ignore_errors=True)  # an earlier run's traces there would join this run's window
     out_dir.mkdir(parents=True, exist_ok=True)
+    policy = policy.split("#", maxsplit=1)[0]  # all#2: a repeat of all
     csv_path = out_dir / "apps.csv"
     write_csv(csv_path, apps, policy, pool, args.seconds, args.cuda_device, {"big": args.data, "small": args.small})
     opts = PlanOptions(out_dir=out_dir, concurrent=True, data_dir=args.data, probe_steps=args.probe_steps,
@@ -129,13 +133,13 @@ def run_policy(policy: str, args, apps, pool: list[int]) -> dict:
     window = window_rates({p.name: str(p.trace_dir) for p in result.plan.apps}, args.warmup,
                           {p.name: p.workers or 0 for p in result.plan.apps})
     apps_out = [r.to_dict() for r in result.results]
-    trial_s = sum((result.trial or {}).get(k, {}).get("window_s", 0) for k in ("disjoint", "shared"))
+    trial_s = sum((result.trial or {}).get(k, {}).get("window_s", 0) for k in ("disjoint", "shared", "refined"))
     return {"policy": policy, "plan": plan, "window": window, "apps": apps_out, "probes": result.probes,
             "probe_s": probe_s, "trial": result.trial, "trial_window_s": trial_s, "wall_s": wall}
 
 
 def tables(res: dict) -> list[str]:
-    pols = [p for p in ("all", "equal", "auto") if p in res["policies"]]
+    pols = sorted(res["policies"], key=lambda p: (("all", "equal", "auto").index(p.split("#")[0]), p))
     names = []
     for p in pols:
         for n in res["policies"][p]["plan"]:
@@ -179,7 +183,7 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=float, default=15.0, help="seconds after the latest start not counted")
     p.add_argument("--probe-steps", type=int, default=30)
     p.add_argument("--probe-max-seconds", type=float, default=90.0)
-    p.add_argument("--policies", default="all,equal,auto")
+    p.add_argument("--policies", default="all,equal,auto", help="comma-separated; all#2: a second run of all")
     p.add_argument("--cpus", default=None, help="CPU pool (default: this process's affinity)")
     p.add_argument("--cuda-device", default="", help="CUDA_VISIBLE_DEVICES of every app (default inherited)")
     p.add_argument("--resume", action="store_true")
@@ -214,7 +218,11 @@ def main(argv=None) -> int:
         print(json.dumps(res["policies"][policy]["window"]), flush=True)
         out_json.write_text(json.dumps(res, indent=2, default=str))
     tot = {p: (r["window"].get("total_samples_per_s") or 0.0) for p, r in res["policies"].items()}
-    base = {p: v for p, v in tot.items() if p in ("all", "equal")}
+    # a policy run more than once (all, all#2): the mean of its runs
+    runs = {}
+    for p, v in tot.items():
+        runs.setdefault(p.split("#")[0], []).append(v)
+    base = {p: sum(v) / len(v) for p, v in runs.items() if p in ("all", "equal")}
     if "auto" in tot and base and max(base.values()) > 0:
         best = max(base, key=base.get)
         res["summary"] = {"best_baseline": best, "auto_over_best_baseline": tot["auto"] / base[best],

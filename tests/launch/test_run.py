@@ -175,3 +175,20 @@ def test_library_launch_probe_timeout_and_grace(tmp_path):
     slow = launch([sys.executable, "-c", "import time; time.sleep(60)"],
                   LaunchOptions(trace_dir=tmp_path / "x", timeout_s=1.0, capture=True))
     assert slow.exit_code == 124 and slow.stopped == "timeout" and slow.wall_s < 30
+
+
+@pytest.mark.timeout(120)
+def test_a_directory_holding_an_earlier_run_is_named_in_a_warning(tmp_path, caplog):
+    """The earlier run's files are kept (never deleted for the user) and said: every analysis would read both."""
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "main_pid_1.lotustrace").write_bytes(b"")
+    with caplog.at_level("WARNING", logger="lotus"):
+        launch([sys.executable, "-c", "pass"], LaunchOptions(trace_dir=d, capture=True, timeout_s=60))
+    said = [r.getMessage() for r in caplog.records if "earlier run" in r.getMessage()]
+    assert len(said) == 1 and str(d) in said[0] and "1 trace file(s)" in said[0]
+    assert (d / "main_pid_1.lotustrace").exists()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="lotus"):
+        launch([sys.executable, "-c", "pass"], LaunchOptions(trace_dir=tmp_path / "fresh", capture=True, timeout_s=60))
+    assert not [r for r in caplog.records if "earlier run" in r.getMessage()]

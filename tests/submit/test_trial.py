@@ -75,7 +75,8 @@ def test_window_rates_sum_the_apps_over_their_common_window(monkeypatch):
     def handoffs(rate, start_s, end_s, batch):
         gaps = rng.normal(batch / rate, 0.05 * batch / rate, int((end_s - start_s) * rate / batch))
         t = (start_s + np.cumsum(gaps)) * 1e9
-        return t.astype("int64"), np.full(len(t), float(batch))
+        # the loop of "a" waits 30% of every gap, "b"'s never
+        return t.astype("int64"), np.full(len(t), float(batch)), gaps * 1e9 * (0.3 if rate == 400.0 else 0.0)
 
     data = {"a": handoffs(400.0, 0.0, 40.0, 16), "b": handoffs(100.0, 3.0, 30.0, 4)}
     monkeypatch.setattr(trial, "_handoffs", lambda d: data[d])
@@ -83,6 +84,7 @@ def test_window_rates_sum_the_apps_over_their_common_window(monkeypatch):
     assert r.error is None and r.window_s == pytest.approx(30.0 - 8.0, abs=0.5)
     assert r.ci95[0] <= 500.0 <= r.ci95[1] and r.samples_per_s == pytest.approx(500.0, rel=0.02)
     assert r.apps["a"]["samples_per_s"] == pytest.approx(400.0, rel=0.02)
+    assert r.apps["a"]["wait_share"] == pytest.approx(0.3, abs=0.01) and r.apps["b"]["wait_share"] == 0.0
     # apps that never ran together long enough: no rate, and why
     short = trial.window_rates({"a": "a", "b": "b"}, warmup_s=25.0)
     assert short.samples_per_s is None and "warm-up" in short.error
@@ -109,7 +111,7 @@ def test_run_trials_runs_both_plans_and_keeps_the_better(tmp_path, monkeypatch):
         return _rate(plan, *totals[plan], apps=apps)
 
     monkeypatch.setattr(trial, "window_rates", fake_window)
-    chosen, rec = trial.run_trials(plan, FakeExecutor(), 30.0, curves=plan.curves)
+    chosen, rec = trial.run_trials(plan, FakeExecutor(), 30.0, curves=plan.curves, refine=False)
     assert [len(r) for r in ran] == [4, 4]
     # each app's limit: start-up (20 s without a probe) + warm-up + the trial
     assert all(s.kind == "trial" and s.timeout_s == 57.5 and "/trials/" in s.trace_dir for r in ran for s in r)
@@ -121,6 +123,90 @@ def test_run_trials_runs_both_plans_and_keeps_the_better(tmp_path, monkeypatch):
     text = "\n".join(trial.trial_lines(rec))
     assert "chosen: shared" in text and "model 800.0 (+700.0%)" in text
     totals["disjoint"] = (1300.0, 20.0)
+    chosen, rec = trial.run_trials(plan, FakeExecutor(), 30.0, curves=plan.curves, refine=False)
+    assert rec["chosen"] == "disjoint" and chosen is plan
+
+
+def _app_rates(plan, rates: dict, waits: dict):
+    apps = {p.name: {"samples_per_s": rates[p.name], "ci95": [rates[p.name] * 0.97, rates[p.name] * 1.03],
+                     "wait_share": waits.get(p.name)} for p in plan.apps}
+    for p in plan.apps:
+        a = apps[p.name]
+        if p.name in plan.curves and p.cpus:
+            a["predicted_samples_per_s"] = plan.curves[p.name](len(p.cpus))
+    return trial.TrialRate("disjoint", sum(rates.values()), None, 20.0, apps=apps)
+
+
+def test_refined_curves_cap_an_app_held_by_its_step_and_scale_a_data_bound_one(tmp_path):
+    plan = _plan(tmp_path, trial_s=30.0)
+    assert {p.name: len(p.cpus) for p in plan.apps if p.name in plan.curves} == {"hungry": 8, "light": 2}
+    # hungry: 800 predicted at 8 CPUs, 400 measured with its loop hardly waiting: its step (a shared GPU) holds it
+    d = _app_rates(plan, {"hungry": 400.0, "light": 100.0, "fixed": 50.0, "pinned": 50.0},
+                   {"hungry": 0.02, "light": 0.6})
+    fixed, notes = trial.refined_curves(plan.curves, plan, d)
+    assert [fixed["hungry"](n) for n in (2, 4, 8, 10)] == [200.0, 400.0, 400.0, 400.0]
+    # light waited 60%: its pipeline gave half of what its curve said: the curve scaled by 0.5
+    assert [fixed["light"](n) for n in (1, 2, 5)] == [50.0, 100.0, 100.0]
+    assert len(notes) == 2 and "capped" in notes[0] and "x 0.50" in notes[1]
+    # the second round: hungry needs only 4 CPUs now (its capped curve gains nothing beyond)
+    cand, _ = trial.refined_plan(plan, plan.curves, d)
+    sizes = {p.name: len(p.cpus) for p in cand.apps if p.name in plan.curves}
+    assert sizes == {"hungry": 4, "light": 2}
+    assert all(p.cpus_source == "model, refined by the trial" for p in cand.apps if p.name in plan.curves)
+    # a trial that measured what the curves said changes nothing: no refined plan
+    same = _app_rates(plan, {"hungry": 800.0, "light": 200.0, "fixed": 50.0, "pinned": 50.0}, {"hungry": 0.5})
+    assert trial.refined_plan(plan, plan.curves, same)[0] is None
+    # no measured rate: the curve is kept as it is
+    none = _app_rates(plan, {"hungry": 0.0, "light": 200.0, "fixed": 1.0, "pinned": 1.0}, {})
+    assert trial.refined_curves(plan.curves, plan, none)[0]["hungry"] is plan.curves["hungry"]
+
+
+def test_run_trials_runs_the_refined_plan_when_it_differs_and_keeps_the_highest_total(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, trial_s=30.0)
+    ran = []
+
+    class FakeExecutor:
+        name = "local"
+
+        def run(self, specs, *, concurrent, delays_s=None):
+            ran.append(list(specs))
+            return [Outcome(s.name, s.trace_dir, 124, 30.0, traced=True) for s in specs]
+
+    totals = {"disjoint": 600.0, "shared": 620.0, "refined": 700.0}
+
+    def fake_window(dirs, warmup_s, plan="", workers=None):
+        if plan == "refined":
+            assert workers["hungry"] == 3  # 4 CPUs: 3 workers
+        rates = {"hungry": 400.0, "light": 100.0, "fixed": 50.0, "pinned": 50.0}
+        apps = {n: {"samples_per_s": rates[n], "ci95": [rates[n] - 5, rates[n] + 5],
+                    "wait_share": 0.02 if n == "hungry" else 0.6} for n in dirs}
+        tot = totals[plan]
+        if tot is None:
+            return trial.TrialRate(plan, None, None, 0.0, error="b: no batch was consumed")
+        return trial.TrialRate(plan, tot, (tot - 10, tot + 10), 20.0, apps=apps)
+
+    monkeypatch.setattr(trial, "window_rates", fake_window)
+    chosen, rec = trial.run_trials(plan, FakeExecutor(), 30.0, curves=plan.curves)
+    assert [s.trace_dir.split("/trials/")[1].split("/")[0] for s in (r[0] for r in ran)] == \
+        ["disjoint", "shared", "refined"]
+    assert rec["chosen"] == "refined" and {p.name: len(p.cpus) for p in chosen.apps if p.cpus}["hungry"] == 4
+    assert "refined/disjoint 1.167x" in rec["why"] and "refined/shared" in rec["why"]
+    assert len(rec["refine_notes"]) == 2 and rec["refined"]["plan"] == "refined"
+    # the refined trial is checked against the corrected curves: hungry capped at 400, measured 400
+    assert rec["refined"]["apps"]["hungry"]["model_error"] == pytest.approx(0.0)
+    text = "\n".join(trial.trial_lines(rec))
+    assert "second allocation round" in text and "refined:" in text and "chosen: refined" in text
+    assert "loop waited 2%" in text
+    # sharing measured highest: the apps share, whatever the rounds said
+    totals["shared"] = 900.0
+    ran.clear()
+    chosen, rec = trial.run_trials(plan, FakeExecutor(), 30.0, curves=plan.curves)
+    assert rec["chosen"] == "shared" and len(ran) == 3
+    # the refined plan without a rate: the better of the other two
+    totals.update(shared=620.0, refined=None)
+    chosen, rec = trial.run_trials(plan, FakeExecutor(), 30.0, curves=plan.curves)
+    assert rec["chosen"] == "shared" and "the refined trial gave no rate" in rec["why"]
+    totals.update(disjoint=700.0)
     chosen, rec = trial.run_trials(plan, FakeExecutor(), 30.0, curves=plan.curves)
     assert rec["chosen"] == "disjoint" and chosen is plan
 

@@ -57,8 +57,12 @@ def _progress():
               help="A profiling probe ends once its samples/s is known to +-this (95%); 0: run to --probe-steps.")
 @click.option("--trial-seconds", "trial_s", type=click.FloatRange(0), default=60.0, show_default=True,
               help="Concurrent workers=auto: run the model's disjoint CPU sets and every app sharing every core "
-                   "side by side for this long each, and keep the faster (disjoint only when better with 95% "
-                   "confidence); 0: no trials, the model's sets.")
+                   "side by side for this long each, and keep the higher measured total (the text says whether "
+                   "the difference is beyond the trials' noise); 0: no trials, the model's sets.")
+@click.option("--refine/--no-refine", default=True, show_default=True,
+              help="After the trials, allocate again from the curves corrected by the disjoint trial's per-app "
+                   "rates (capped where an app's loop did not wait, scaled where it did) and, when the CPU sets "
+                   "differ, run them as a third trial.")
 @click.option("--cpus", callback=cpus_option, default=None, metavar="LIST",
               help="CPUs the apps may use, e.g. 0-15 (default: all CPUs this process may use).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
@@ -73,7 +77,7 @@ def _progress():
 @click.option("--no-figures", is_flag=True, help="Report without figures (faster).")
 @click.option("--json", "as_json", is_flag=True, help="Print the table (or, with --dry-run, the plan) as JSON.")
 def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps, probe_steps, probe_precision, trial_s,
-           cpus, timeout_s, out_dir, partition, time_min, no_report, no_figures, as_json) -> None:
+           refine, cpus, timeout_s, out_dir, partition, time_min, no_report, no_figures, as_json) -> None:
     """Run the apps of APPS_CSV (torchloader's dl_submit.conf.csv columns: arch, depth, batch, workers,
     output_folder, port, submit_interval, cuda_device; or a `command` column), each through `lotus run`
     with its own trace directory, then print a table per app and write one report over all of them.
@@ -103,7 +107,7 @@ def submit(apps_csv, mode, executor, dry_run, data_dir, generate, trainer, steps
             raise AppsError("--generate needs --data DIR (where the images go)")
         opts = PlanOptions(out_dir=out_dir, concurrent=mode == "concurrent", data_dir=data_dir, trainer=trainer,
                            steps=steps, probe_steps=probe_steps, probe_precision=probe_precision or None, cpus=cpus,
-                           timeout_s=timeout_s, trial_s=trial_s)
+                           timeout_s=timeout_s, trial_s=trial_s, refine=refine)
         plan = build_plan(apps, opts, known_curves(apps) if dry_run else None)
         if data_dir is not None and not generate and not data_dir.is_dir() and \
                 any(a.command is None for a in apps):

@@ -10,6 +10,7 @@ whether the job is alive. Ctrl-C / SIGTERM reach the whole group; a second Ctrl-
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -248,6 +249,11 @@ def launch(command: list[str], options: LaunchOptions | None = None) -> Probe:
         for old in trace_dir.glob(f"{STEPS_MARKER}-*"):  # a previous probe into the same directory
             with contextlib.suppress(OSError):
                 old.unlink()
+        earlier = sum(1 for _ in itertools.islice(trace_dir.glob("*.lotustrace*"), 10_000))
+        if earlier:  # kept (never deleted for the user), but every analysis of the directory reads them too
+            _log.warning("%s already holds %s trace file(s) of an earlier run: analyses of it will read that run's "
+                         "batches with this one's (give a new or empty directory)", trace_dir,
+                         f"{earlier:,}" if earlier < 10_000 else "10,000+")
     env = job_env(options, trace_dir)
     out = err = None
     stdout_path = stderr_path = None

@@ -108,7 +108,8 @@ def submit(apps: list[AppSpec], options: PlanOptions, executor, *, report: bool 
         if wants_trial(plan) and getattr(executor, "name", "") == "local":
             from lotus.submit.trial import run_trials, startup_s
 
-            plan, trial = run_trials(plan, executor, options.trial_s, curves=plan.curves, start_s=startup_s(probes))
+            plan, trial = run_trials(plan, executor, options.trial_s, curves=plan.curves, start_s=startup_s(probes),
+                                     refine=options.refine)
         specs = [p.spec() for p in plan.apps]
         for p in plan.apps:
             _log.info("%s: %s", p.name, " ".join(p.command))

@@ -39,6 +39,7 @@ class PlanOptions:
     cpus: list[int] | None = None  # the CPU pool (default: this process's affinity)
     timeout_s: float | None = None  # default per app (a row's `timeout_s` wins)
     trial_s: float = 0.0  # concurrent workers=auto: seconds of each side-by-side trial (lotus.submit.trial); 0: none
+    refine: bool = True  # a second allocation round from the disjoint trial's rates (a third trial when it differs)
 
 
 @dataclass

@@ -19,6 +19,16 @@ app's first hand-off + ``warmup_s`` to the earliest app's last hand-off), summed
 difference is beyond the trials' noise); a trial without a rate means sharing: ``workers=auto`` never runs a
 mix slower than letting every app use every core, within the trials' precision. The disjoint trial also
 checks the model: each app's measured rate against the curve's prediction at its CPUs.
+
+**A second allocation round** (``refine``, on by default): the curves come from each app's probe alone, so
+side by side they can be wrong (four apps on one GPU: ResNet-152s predicted 1,024 samples/s at 4 CPUs
+measured 643). The disjoint trial measured every auto app at its CPUs, with its loop's wait share over the
+window; :func:`refined_curves` corrects each curve by it: an app whose loop hardly waited
+(< :data:`STEP_BOUND_WAIT`) is held by its step side by side, so its curve is capped at the measured rate
+(more CPUs cannot raise it; it needs only the CPUs at which its own curve reaches that rate); an app whose
+loop waited is data-bound, its pipeline delivered ``measured / predicted`` of what the curve said, and its
+curve is scaled by that. The allocator runs again on the corrected curves; when its sets differ from the
+first round's, they run as a third trial (``refined``), and the highest measured total of the trials runs.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ WARMUP_S = 10.0  # seconds after the latest app's first hand-off not counted (cu
 MIN_WINDOW_S = 5.0  # a common window shorter than this: the trial cannot tell
 STARTUP_S = 20.0  # an app's start-up (imports, model, first batches) when no probe timed it
 MAX_STARTUP_S = 60.0
+STEP_BOUND_WAIT = 0.10  # a loop that waited less than this share of the trial's window is held by its step
 
 
 @dataclass
@@ -55,7 +66,8 @@ class TrialRate:
 
 
 def _handoffs(trace_dir: str):
-    """Sorted hand-off times (ns) and samples of every loader of the run at ``trace_dir``."""
+    """Sorted hand-off times (ns), samples and the loop's wait for each (ns, over the run's ranks: a wait of
+    every rank at once counts once) of every loader of the run at ``trace_dir``."""
     import numpy as np
 
     from lotus.query import consumed_only, load_batches
@@ -65,8 +77,10 @@ def _handoffs(trace_dir: str):
         raise ValueError("no batch was consumed")
     t = b["consumed_ns"].to_numpy(dtype="int64")
     n = b["n_samples"].to_numpy(dtype="float64")
+    w = b["wait_dur_ns"].to_numpy(dtype="float64", na_value=0.0) if "wait_dur_ns" in b else np.zeros(len(t))
+    ranks = max(int(b["rank"].nunique()), 1) if "rank" in b else 1
     order = np.argsort(t, kind="stable")
-    return t[order], n[order]
+    return t[order], n[order], np.nan_to_num(w[order]) / ranks
 
 
 def window_rates(trace_dirs: dict[str, str], warmup_s: float = WARMUP_S, plan: str = "",
@@ -82,19 +96,21 @@ def window_rates(trace_dirs: dict[str, str], warmup_s: float = WARMUP_S, plan: s
             data[name] = _handoffs(d)
         except Exception as exc:  # an app that failed or wrote no trace: no common window
             return TrialRate(plan, None, None, 0.0, error=f"{name}: {exc}")
-    t0 = max(int(t[0]) for t, _ in data.values()) + int(warmup_s * 1e9)
-    t1 = min(int(t[-1]) for t, _ in data.values())
+    t0 = max(int(t[0]) for t, _, _ in data.values()) + int(warmup_s * 1e9)
+    t1 = min(int(t[-1]) for t, _, _ in data.values())
     if t1 - t0 < MIN_WINDOW_S * 1e9:
         return TrialRate(plan, None, None, max(t1 - t0, 0) / 1e9,
                          error=f"the apps ran together for under {MIN_WINDOW_S:g} s after {warmup_s:g} s of warm-up")
     rates, apps = [], {}
-    for name, (t, n) in data.items():
+    for name, (t, n, w) in data.items():
         # the last hand-off at or before t0 opens the window (ramp 1): its samples are not counted
         lo = max(int((t <= t0).sum()) - 1, 0)
         hi = int((t <= t1).sum())
         r = steady_rate(t[lo:hi], n[lo:hi], ramp=1, workers=(workers or {}).get(name) or 0)
         rates.append(r)
-        apps[name] = {"samples_per_s": r.samples_per_s, "ci95": list(r.ci95) if r.ci95 else None}
+        span = float(t[hi - 1] - t[lo]) if hi - 1 > lo else 0.0
+        apps[name] = {"samples_per_s": r.samples_per_s, "ci95": list(r.ci95) if r.ci95 else None,
+                      "wait_share": min(float(w[lo + 1:hi].sum()) / span, 1.0) if span > 0 else None}
     total, ci = combine(rates)
     return TrialRate(plan, total, ci, (t1 - t0) / 1e9, apps=apps)
 
@@ -164,17 +180,90 @@ def predicted(curves: dict, plan) -> dict[str, float]:
     return out
 
 
+def _capped(curve, cap: float):
+    return lambda n: min(curve(n), cap)
+
+
+def _scaled(curve, factor: float):
+    return lambda n: curve(n) * factor
+
+
+def refined_curves(curves: dict, plan, disjoint: TrialRate) -> tuple[dict, list[str]]:
+    """The auto apps' curves corrected by the disjoint trial (see the module doc) and a note per corrected app.
+    An app without a measured rate and a prediction at its CPUs keeps its curve."""
+    out, notes = dict(curves), []
+    for p in plan.apps:
+        a = disjoint.apps.get(p.name) or {}
+        c, meas, pred = curves.get(p.name), a.get("samples_per_s"), a.get("predicted_samples_per_s")
+        if c is None or not meas or not pred or not p.cpus:
+            continue
+        ws = a.get("wait_share")
+        if ws is not None and ws < STEP_BOUND_WAIT:
+            out[p.name] = _capped(c, meas)
+            notes.append(f"{p.name}: its loop waited {ws:.0%} side by side, held by its step at {meas:,.0f} samples/s "
+                         f"on {len(p.cpus)} CPUs (its curve alone: {pred:,.0f}): capped there")
+        else:
+            out[p.name] = _scaled(c, meas / pred)
+            notes.append(f"{p.name}: its pipeline gave {meas:,.0f} samples/s side by side on {len(p.cpus)} CPUs "
+                         f"(its curve alone: {pred:,.0f}"
+                         + (f"; its loop waited {ws:.0%}" if ws is not None else "") + f"): curve x {meas / pred:.2f}")
+    return out, notes
+
+
+def _auto_sizes(plan) -> dict[str, int]:
+    return {p.name: len(p.cpus) for p in plan.apps if p.app.workers_auto and p.app.cpus is None and p.cpus}
+
+
+def refined_plan(plan, curves: dict, disjoint: TrialRate):
+    """The plan of the second allocation round (the same apps and options, the corrected curves) and its
+    notes; None when its auto apps' CPU counts are the first round's (nothing new to try)."""
+    from lotus.submit.plan import build_plan
+
+    fixed, notes = refined_curves(curves, plan, disjoint)
+    if not notes:
+        return None, notes
+    cand = build_plan([p.app for p in plan.apps], plan.options, fixed)
+    if _auto_sizes(cand) == _auto_sizes(plan):
+        return None, notes
+    for p in cand.apps:
+        if p.cpus_source == "model":
+            p.cpus_source = "model, refined by the trial"
+    return cand, notes
+
+
+def choose(res: dict[str, TrialRate]) -> tuple[str, str]:
+    """The trial whose plan runs (the highest measured total; ``shared`` when sharing or the chosen plan gave no
+    rate) and why, in words (:func:`better` against sharing; a refined trial against the first disjoint one)."""
+    shared = res["shared"]
+    label = max((k for k in res if k != "shared" and res[k].samples_per_s is not None),
+                key=lambda k: res[k].samples_per_s, default="disjoint")
+    keep, why = better(res[label], shared)
+    if "refined" in res:
+        r, d = res["refined"], res["disjoint"]
+        if r.samples_per_s is not None and d.samples_per_s is not None:
+            why = f"refined/disjoint {r.samples_per_s / d.samples_per_s:.3f}x; " + why
+        elif r.error:
+            why = f"the refined trial gave no rate ({r.error}); " + why
+    if keep and label != "disjoint":
+        why = why.replace("disjoint/shared", f"{label}/shared").replace("disjoint CPU sets pay",
+                                                                          f"the {label} CPU sets pay")
+    return (label if keep else "shared"), why
+
+
 def run_trials(plan, executor, trial_s: float, curves: dict | None = None, warmup_s: float | None = None,
-               start_s: float = STARTUP_S):
+               start_s: float = STARTUP_S, refine: bool = True):
     """Run the disjoint ``plan`` and its shared twin side by side, each measured over about ``trial_s`` seconds
-    (every app's time limit: ``start_s`` of start-up + ``warmup_s`` + ``trial_s``); the plan to run (one of
-    the two) and the trials' record (for submit.json and the text). ``warmup_s`` default: :data:`WARMUP_S`,
-    at most a quarter of the trial."""
+    (every app's time limit: ``start_s`` of start-up + ``warmup_s`` + ``trial_s``); with ``refine``, the second
+    allocation round's plan too when it differs (the module doc); the plan to run (one of them) and the trials'
+    record (for submit.json and the text). ``warmup_s`` default: :data:`WARMUP_S`, at most a quarter of the
+    trial."""
     if warmup_s is None:
         warmup_s = min(WARMUP_S, trial_s / 4)
-    shared = shared_plan(plan)
+    cands = {"disjoint": plan, "shared": shared_plan(plan)}
     res = {}
-    for label, cand in (("disjoint", plan), ("shared", shared)):
+
+    def trial(label: str) -> None:
+        cand = cands[label]
         specs = _trial_specs(cand, label, start_s + warmup_s + trial_s)
         _log.info("workers=auto: %s trial, %d app(s), %.0f s", label, len(specs), trial_s)
         executor.run(specs, concurrent=True, delays_s=[p.delay_s for p in cand.apps])
@@ -183,20 +272,29 @@ def run_trials(plan, executor, trial_s: float, curves: dict | None = None, warmu
         for p in cand.apps:
             if p.name in r.apps:
                 r.apps[p.name].update(cpus=format_cpus(p.cpus) if p.cpus else None, workers=p.workers)
+        # the refined plan is checked against its corrected curves, the disjoint one against the probes' curves
+        pred = {} if label == "shared" else predicted(cand.curves if label == "refined" else curves or {}, cand)
+        for name, v in pred.items():
+            a = r.apps.get(name)
+            if a is not None:
+                a["predicted_samples_per_s"] = v
+                if a.get("samples_per_s"):
+                    a["model_error"] = v / a["samples_per_s"] - 1
         res[label] = r
-    pred = predicted(curves or {}, plan)
-    for name, v in pred.items():
-        a = res["disjoint"].apps.get(name)
-        if a is not None:
-            a["predicted_samples_per_s"] = v
-            if a.get("samples_per_s"):
-                a["model_error"] = v / a["samples_per_s"] - 1
-    keep, why = better(res["disjoint"], res["shared"])
-    chosen = plan if keep else shared
+
+    trial("disjoint")
+    trial("shared")
+    refine_notes: list[str] = []
+    if refine and curves:
+        cand, refine_notes = refined_plan(plan, curves, res["disjoint"])
+        if cand is not None:
+            cands["refined"] = cand
+            trial("refined")
+    label, why = choose(res)
+    chosen = cands[label]
     chosen.notes.append(f"workers=auto trial ({trial_s:g} s each): {why}")
-    record = {"seconds": trial_s, "warmup_s": warmup_s, "startup_s": start_s,
-              "chosen": "disjoint" if keep else "shared", "why": why,
-              "disjoint": res["disjoint"].to_dict(), "shared": res["shared"].to_dict()}
+    record = {"seconds": trial_s, "warmup_s": warmup_s, "startup_s": start_s, "chosen": label, "why": why,
+              **{k: v.to_dict() for k, v in res.items()}, "refine_notes": refine_notes}
     return chosen, record
 
 
@@ -207,8 +305,12 @@ def trial_lines(trial: dict | None) -> list[str]:
     if not trial:
         return []
     out = [f"workers=auto trials ({trial['seconds']:g} s each, the apps side by side):"]
-    for label in ("disjoint", "shared"):
-        r = trial[label]
+    for label in ("disjoint", "shared", "refined"):
+        r = trial.get(label)
+        if r is None:
+            if label == "refined" and trial.get("refine_notes"):
+                out.append("  refined: the corrected curves give the first round's CPU counts (no third trial)")
+            continue
         head = f"  {label}: " + (f"no rate: {r['error']}" if r.get("error") else
                                  f"{rate(r['samples_per_s'], r['ci95'])} samples/s over {r['window_s']:.1f} s")
         out.append(head)
@@ -217,7 +319,11 @@ def trial_lines(trial: dict | None) -> list[str]:
             extra = "" if pred is None else f"; model {pred:,.1f} ({a['model_error']:+.1%})" \
                 if a.get("model_error") is not None else f"; model {pred:,.1f}"
             where = f"CPUs {a['cpus']}" if a.get("cpus") else "not pinned"
+            waited = f"; loop waited {a['wait_share']:.0%}" if a.get("wait_share") is not None else ""
             out.append(f"    {name}: {rate(a.get('samples_per_s'), a.get('ci95'))}; {where}; "
-                       f"{a.get('workers')} worker(s){extra}")
+                       f"{a.get('workers')} worker(s){waited}{extra}")
+        if label == "disjoint" and trial.get("refine_notes"):
+            out += ["  second allocation round, the curves corrected by this trial:",
+                    *(f"    {n}" for n in trial["refine_notes"])]
     out.append(f"  chosen: {trial['chosen']} ({trial['why']})")
     return [*out, ""]
