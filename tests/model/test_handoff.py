@@ -127,3 +127,30 @@ def test_the_latency_is_the_fixed_point_at_every_worker_count(truth_model):
         used = float(note.split()[4].replace(",", "")) * 1e6
         assert used == pytest.approx(wait_ns(m.handoff_service_ms * 1e6, p.samples_per_s / t.batch_size),
                                      rel=0.08, abs=0.2e6), (w, note, p.samples_per_s)
+
+
+# the same job (16-batch epochs of 2 ms Python samples, fresh workers) at 14 and 16 workers, 8 CPUs
+# (docs/results/gpu-h200/issue-24/short-epochs/): 2 and 0 of a worker's batches before its last
+SHORT14 = (14, 1346.8, 32, 0.473, 5.12, 69.7, 16, 102.4)
+SHORT16 = (16, 1508.1, 32, 0.548, 5.11, 10.8, 16, 112.8)
+
+
+@pytest.mark.parametrize("obs", [SHORT14, SHORT16])
+def test_a_run_with_few_busy_hand_offs_does_not_tell_their_part(obs):
+    """Busy hand-offs are 1/8 (14 workers) or none (16) of the run's: its service beyond the main process's CPU
+    divided by that share made a hand-off of 166 ms a busy worker where 2 workers' own run measured 74 ms (the
+    what-if from 14 workers to 2 read -74%). Such a run tells the main process's part only; the rest of its
+    latency is not a queue's (its main process used ~0.5 CPUs) and stays as traced."""
+    from lotus.model.fitting import _handoff_service_ms
+    from lotus.model.handoff import MIN_BUSY_FIT
+
+    nw, rate, bs, cores, step_ms, _, per_epoch, gap_ms = obs
+    assert busy_share(nw, per_epoch) < MIN_BUSY_FIT
+    main, busy = _handoff_service_ms([_obs(*obs)])
+    cpu_part = cores * 1e3 / (rate / bs) - step_ms - gap_ms / per_epoch
+    assert busy == 0.0 and main == pytest.approx(max(cpu_part, 0.0), abs=1e-9)
+    assert main < 0.5 * service_ns(obs[5] * 1e6, rate / bs) / 1e6
+    # beside a run that tells it (8 workers: half its hand-offs from busy workers), that run's part is kept
+    main8, busy8 = _handoff_service_ms([_obs(*SHORT8)])
+    main2, busy2 = _handoff_service_ms([_obs(*obs), _obs(*SHORT8)])
+    assert busy2 == pytest.approx(busy8) and main2 == pytest.approx((main8 + main) / 2)

@@ -212,7 +212,7 @@ def _handoff_service_ms(obs: list[Observation]) -> tuple[float | None, float]:
     part is at most its measured CPU per batch beyond the step's time and the epoch restarts' (all of it where
     the main process's CPU was not measured); the rest is over the run's busy share. (None, 0) when no run
     tells."""
-    from lotus.model.handoff import busy_share, service_ns
+    from lotus.model.handoff import MIN_BUSY_FIT, busy_share, service_ns
 
     fixed, busy = [], []
     for o in obs:
@@ -231,10 +231,12 @@ def _handoff_service_ms(obs: list[Observation]) -> tuple[float | None, float]:
                 o.epoch_gap_ns.size else 0.0
             main = min(max(s.main_cpu_cores * 1e9 / per_s - step - restart, 0.0), got)
         fixed.append(main)
-        busy.append((got - main) / busy_share(s.num_workers, o.epoch_batches))
+        share = busy_share(s.num_workers, o.epoch_batches)
+        if share >= MIN_BUSY_FIT:  # enough busy hand-offs to tell their part (else the rest is not a queue's)
+            busy.append((got - main) / share)
     if not fixed:
         return None, 0.0
-    return float(np.median(fixed)) / 1e6, float(np.median(busy)) / 1e6
+    return float(np.median(fixed)) / 1e6, float(np.median(busy)) / 1e6 if busy else 0.0
 
 
 def _unstretched(a: np.ndarray, stretch: float) -> np.ndarray:
