@@ -140,7 +140,7 @@ def test_a_run_with_few_busy_hand_offs_does_not_tell_their_part(obs):
     """Busy hand-offs are 1/8 (14 workers) or none (16) of the run's: its service beyond the main process's CPU
     divided by that share made a hand-off of 166 ms a busy worker where 2 workers' own run measured 74 ms (the
     what-if from 14 workers to 2 read -74%). Such a run tells the main process's part only; the rest of its
-    latency is not a queue's (its main process used ~0.5 CPUs) and stays as traced."""
+    latency is not a queue's (its main process used ~0.5 CPUs) and is not modelled."""
     from lotus.model.fitting import _handoff_service_ms
     from lotus.model.handoff import MIN_BUSY_FIT
 

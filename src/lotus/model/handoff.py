@@ -32,8 +32,9 @@ MIN_BUSY_SHARE = 0.05  # the busy share is floored here: a traced service divide
 # a run tells the part per busy hand-off only where at least this share of its hand-offs came from busy workers:
 # from fewer, dividing by their share multiplies whatever else delays a hand-off (on the GPU host, 16-batch
 # epochs of fresh workers, the loop waited ~70 ms for idle workers' batches too at 7-14 workers; from the 14-
-# and 16-worker traces, 2 workers read -74% / -84%); such a run tells the main process's part only (the rest
-# of its latency, not a queue's, stays as traced)
+# and 16-worker traces, 2 workers read -74% / -84%); such a run tells the main process's part only. The rest
+# of its latency is then not modelled: the engine's fixed point is the queue of that part alone (a fixed
+# latency beside the queue is not built; docs/results/corpus-local-2cpu/short-epochs/)
 MIN_BUSY_FIT = 0.5
 MAX_RHO = 0.98  # the queue's utilisation is capped here (its wait 24.5 S): a main process at its limit
 
