@@ -10,7 +10,8 @@ What it models, per epoch (all times integer ns)::
                            dispatched while the loop receives batch i (inside its wait, as torch does)
     worker                 prep_start_i = max(dispatch_i + start_latency, worker free)
                            prep_end_i   = prep_start_i + prep_i ; worker free again after free_gap
-    main, per batch        arrive_i = prep_end_i + arrive_latency  (then the pin thread, serial, if any)
+    main, per batch        arrive_i = prep_end_i + arrive_latency  (then the pin thread, serial, if any),
+                           + busy_share * prep_{i+W} where the worker has batch i + W dispatched by prep_end_i
                            the loop asks at t; batch ready (arrive_i <= t): wait = ready_wait_i,
                            otherwise wait = arrive_i - t + late_wait_i ; consumed_i = t + wait
                            next request at consumed_i + step_i
@@ -57,6 +58,9 @@ class Latencies:
     first_request_gap_ns: int = 10_000  # last initial dispatch -> the loop's first request
     dispatch_in_wait_ns: int = 5_000  # the wait lasts at least dispatch + this
     next_dispatch_gap_ns: int = 2_000  # next index dispatched this long before consumption
+    # a batch whose worker goes on to its next one (dispatched by the end of this one) arrives later by this share
+    # of that next batch's preparation (the worker holds the lock its hand-off needs); 0: every batch alike
+    busy_share: float = 0.0
 
 
 def run_loader(prep_ns, step_ns, *, n_workers: int, prefetch_factor: int, dispatch_dur_ns, ready_wait_ns,
@@ -108,6 +112,9 @@ def loader_loop(prep_ns, *, n_workers: int, prefetch_factor: int, dispatch_dur_n
         p_start[i], p_end[i] = s, end
         free[w] = end + lat.free_gap_ns
         a = end + lat.arrive_ns
+        nb_w = i + nw  # the worker's next batch: busy with it from the end of this one if it was dispatched
+        if lat.busy_share > 0 and nb_w < nb and (nb_w < inflight or nb_w - inflight < i) and dispatch[nb_w] <= end:
+            a += int(lat.busy_share * prep[nb_w])
         if pin is not None:
             a = max(a, pin_free) + pin[i]
             pin_free = a

@@ -56,7 +56,7 @@ def test_the_busy_share_is_the_hand_offs_followed_by_more_work():
     assert busy_share(16, 16) == busy_share(32, 16) == MIN_BUSY_SHARE  # one batch each (or none): floored
 
 
-def _obs(nw, samples_per_s, bs, main_cpu_cores, step_ms, arrive_ms, epoch_batches, gap_ms):
+def _obs(nw, samples_per_s, bs, main_cpu_cores, step_ms, arrive_ms, epoch_batches, gap_ms, busy=None):
     """An observation with the fields the hand-off fit reads (the values of real traces below)."""
     from types import SimpleNamespace
 
@@ -66,7 +66,7 @@ def _obs(nw, samples_per_s, bs, main_cpu_cores, step_ms, arrive_ms, epoch_batche
         summary=SimpleNamespace(num_workers=nw, samples_per_s=samples_per_s, batch_size=bs,
                                 main_cpu_cores=main_cpu_cores),
         step_ns=np.full(10, step_ms * 1e6), arrive_latency_ns=arrive_ms * 1e6, epoch_batches=epoch_batches,
-        epoch_gap_ns=np.array([gap_ms * 1e6]))
+        epoch_gap_ns=np.array([gap_ms * 1e6]), busy_handoff=busy)
 
 
 # traces of the GPU host (docs/results/gpu-h200/issue-24/cross/): 16-batch epochs of 2 ms Python samples, fresh
@@ -82,8 +82,8 @@ def test_two_traces_of_one_job_agree_on_a_busy_workers_hand_off():
     10%, where one fixed service (the model before) was 57% over it."""
     from lotus.model.fitting import _handoff_service_ms
 
-    main4, busy4 = _handoff_service_ms([_obs(*SHORT4)])
-    main8, busy8 = _handoff_service_ms([_obs(*SHORT8)])
+    main4, busy4, _ = _handoff_service_ms([_obs(*SHORT4)])
+    main8, busy8, _ = _handoff_service_ms([_obs(*SHORT8)])
     assert main4 < 1 and main8 < 1  # the main process's CPU a batch is the step's and the forks'
     assert busy8 == pytest.approx(busy4, rel=0.1)
     total8 = service_ns(SHORT8[5] * 1e6, SHORT8[1] / SHORT8[2]) / 1e6
@@ -96,7 +96,7 @@ def test_a_main_process_at_its_limit_keeps_its_service_as_a_queue():
     explains most of the 52 ms service: that part is the main's and stays at every worker count."""
     from lotus.model.fitting import _handoff_service_ms
 
-    main, busy = _handoff_service_ms([_obs(*DECODE16)])
+    main, busy, _ = _handoff_service_ms([_obs(*DECODE16)])
     total = service_ns(DECODE16[5] * 1e6, DECODE16[1] / DECODE16[2]) / 1e6
     assert main == pytest.approx(0.893 * 1e3 / (2314.2 / 128) - 23.55 - 16.4 / 64, rel=1e-6)
     assert main > 0.45 * total and main + busy * busy_share(16, 64) == pytest.approx(total, rel=1e-6)
@@ -105,9 +105,9 @@ def test_a_main_process_at_its_limit_keeps_its_service_as_a_queue():
 def test_without_the_main_processs_cpu_the_whole_service_stays():
     from lotus.model.fitting import _handoff_service_ms
 
-    main, busy = _handoff_service_ms([_obs(*SHORT4[:3], None, *SHORT4[4:])])
+    main, busy, _ = _handoff_service_ms([_obs(*SHORT4[:3], None, *SHORT4[4:])])
     assert busy == 0.0 and main == pytest.approx(service_ns(127.5e6, 1064.6 / 32) / 1e6)
-    assert _handoff_service_ms([_obs(0, 200.0, 32, None, 5, 1, None, 0)]) == (None, 0.0)
+    assert _handoff_service_ms([_obs(0, 200.0, 32, None, 5, 1, None, 0)]) == (None, 0.0, 0.0)
 
 
 def test_the_latency_is_the_fixed_point_at_every_worker_count(truth_model):
@@ -146,11 +146,11 @@ def test_a_run_with_few_busy_hand_offs_does_not_tell_their_part(obs):
 
     nw, rate, bs, cores, step_ms, _, per_epoch, gap_ms = obs
     assert busy_share(nw, per_epoch) < MIN_BUSY_FIT
-    main, busy = _handoff_service_ms([_obs(*obs)])
+    main, busy, _ = _handoff_service_ms([_obs(*obs)])
     cpu_part = cores * 1e3 / (rate / bs) - step_ms - gap_ms / per_epoch
     assert busy == 0.0 and main == pytest.approx(max(cpu_part, 0.0), abs=1e-9)
     assert main < 0.5 * service_ns(obs[5] * 1e6, rate / bs) / 1e6
     # beside a run that tells it (8 workers: half its hand-offs from busy workers), that run's part is kept
-    main8, busy8 = _handoff_service_ms([_obs(*SHORT8)])
-    main2, busy2 = _handoff_service_ms([_obs(*obs), _obs(*SHORT8)])
+    main8, busy8, _ = _handoff_service_ms([_obs(*SHORT8)])
+    main2, busy2, _ = _handoff_service_ms([_obs(*obs), _obs(*SHORT8)])
     assert busy2 == pytest.approx(busy8) and main2 == pytest.approx((main8 + main) / 2)

@@ -155,7 +155,7 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
     def simulate(arrive_ns: float):
         lat = Latencies(start_ns=int(model.start_latency_ms * 1e6), free_gap_ns=int(gap), arrive_ns=int(arrive_ns),
                         first_dispatch_gap_ns=0, first_request_gap_ns=0, dispatch_in_wait_ns=0,
-                        next_dispatch_gap_ns=0)
+                        next_dispatch_gap_ns=0, busy_share=model.handoff_busy_share)
         times, s = run_with_cpus(prep, step, n_workers=nw, cpus=cpus, cpu=model.cpu, first=warm, prefetch_factor=pf,
                                  dispatch_dur_ns=dispatch, ready_wait_ns=handoff, late_wait_ns=handoff, lat=lat,
                                  pin_ns=pin)
@@ -172,7 +172,7 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
     service, per_busy = (model.handoff_service_ms or 0.0) * 1e6, model.handoff_busy_ms * 1e6
     # the hand-off's latency at this rate (lotus.model.handoff), to the fixed point; not where the traced latency
     # is under 2% of a batch's preparation (it moves nothing there: each iteration is a whole simulation)
-    if nw > 0 and service + per_busy > 0 and arrive >= 0.02 * prep_mean:
+    if nw > 0 and service + per_busy > 0 and (arrive >= 0.02 * prep_mean or model.handoff_busy_share > 0):
         from lotus.model.handoff import busy_share, wait_ns
 
         per_epoch = model.epoch_batches * model.traced.batch_size / bs if model.epoch_batches else None
@@ -194,6 +194,10 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
         out.notes.append(f"worker -> main hand-off {_ms(arrive / 1e6)} ms at this rate (traced "
                          f"{_ms(model.arrive_latency_ms)} ms; the main process a queue of {_ms(here / 1e6)} ms a "
                          f"batch{busy_part})")
+    if nw > 0 and model.handoff_busy_share > 0:
+        out.notes.append(f"a hand-off from a worker going on to its next batch takes {model.handoff_busy_share:.0%} "
+                         f"of that batch's preparation (its resource-sharer thread waits for the worker's interpreter "
+                         f"lock), others {_ms(model.arrive_latency_ms)} ms: simulated per batch")
     out.cpu_stretch = s
     out.bound = slicing_bound(model, s)
     out.busy_workers = float(prep[warm:].sum() * s / span) if nw > 0 else None

@@ -95,6 +95,49 @@ def arrive_latency(b) -> float | None:
     return (float(np.median(put[np.isfinite(put)])) if np.isfinite(put).any() else 0.0) + least
 
 
+BUSY_LEAST = 5  # batches of each kind (busy / idle worker, the loop waiting) a run needs to tell the split
+
+
+def busy_handoff(b) -> tuple[float, float, float] | None:
+    """A hand-off from a worker that goes on to its next batch against one from a worker with nothing left
+    (its last batch of an epoch): (the busy one's latency as a share of that next batch's preparation, the
+    busy latency (ns), the idle one (ns)), medians; None where fewer than :data:`BUSY_LEAST` of either kind
+    were waited for, or the busy ones were not at least twice as slow (then every hand-off is slowed alike:
+    a queue, :mod:`lotus.model.handoff`).
+
+    Busy: the loop was already waiting when the batch was prepared (its latency is all hand-off), the
+    latency from the end of preparation (less pinning) to the main process having it. Idle: the loop waited
+    for it, from the later of ready and asked. Measured on the GPU host (16-batch epochs of 2 ms Python
+    samples, docs/results/gpu-h200/issue-24/short-epochs/): busy hand-offs 62-80 ms at 2-14 workers, 1.03-1.18
+    of the worker's next batch, idle ones 1-5 ms: the batch's storage is fetched from the worker's resource-
+    sharer thread, which needs the interpreter lock the worker holds while it prepares its next batch."""
+    rank, epoch = b["rank"].to_numpy(np.int64), b["epoch"].to_numpy(np.int64)
+    worker = b["worker_id"].to_numpy(np.float64, na_value=np.nan)
+    start, end = _f64(b["prep_start_ns"]), _f64(b["prep_end_ns"])
+    ready = end + np.nan_to_num(_f64(b["pin_dur_ns"]))
+    arrive, ws = _f64(b["arrive_ns"]), _f64(b["wait_start_ns"])
+    ok = np.isfinite(worker) & (worker >= 0) & np.isfinite(start) & np.isfinite(end) & np.isfinite(arrive) \
+        & np.isfinite(ws)
+    if ok.sum() < 2 * BUSY_LEAST:
+        return None
+    idx = np.flatnonzero(ok)
+    order = idx[np.lexsort((start[idx], worker[idx], epoch[idx], rank[idx]))]
+    same = (rank[order][1:] == rank[order][:-1]) & (epoch[order][1:] == epoch[order][:-1]) \
+        & (worker[order][1:] == worker[order][:-1])
+    nxt = np.full(len(b), np.nan)  # the same worker's next batch of the epoch: its preparation (ns)
+    nxt[order[:-1][same]] = (end - start)[order[1:][same]]
+    busy = ok & np.isfinite(nxt) & (nxt > 0) & (ws <= ready)
+    idle = ok & ~np.isfinite(nxt) & (arrive > ws)
+    if busy.sum() < BUSY_LEAST or idle.sum() < BUSY_LEAST:
+        return None
+    busy_ns = float(np.median(arrive[busy] - ready[busy]))
+    idle_ns = float(np.median(arrive[idle] - np.fmax(ready[idle], ws[idle])))
+    if busy_ns < 2.0 * max(idle_ns, 0.0) or busy_ns - idle_ns < 1e6:
+        return None
+    share = float(np.median((arrive[busy] - ready[busy]) / nxt[busy]))
+    return share, busy_ns, max(idle_ns, 0.0)
+
+
 def concurrency_levels(b, have, n, bins: int = 3, least: int = 30) -> list[tuple[float, float, int]] | None:
     """The run's own variation in workers busy at once: per tercile of a batch's concurrency (the mean
     number of batches in preparation over its preparation, itself included), that mean, the batches' mean

@@ -52,6 +52,8 @@ class Observation:
     io_ns: np.ndarray | None = None  # per batch: off a CPU reading from storage (measures.storage_waits)
     # per batch, num_workers=0 runs (format >= 6): the loop thread's run-queue delay in its fetch (ns; 0: unknown)
     loop_runq_ns: np.ndarray | None = None
+    # measures.busy_handoff: (a busy worker's hand-off as a share of its next batch, its latency ns, an idle one's ns)
+    busy_handoff: tuple[float, float, float] | None = None
 
 
 # the batches columns observe() reads (with lotus.model.measures, lotus.analysis.throughput.loader_rates and
@@ -119,6 +121,8 @@ def observe(run: RunTrace) -> Observation:
         src.cols(["rank", "epoch", "worker_id", "dispatch_ns", "prep_start_ns", "prep_end_ns"]), have)
     arrive_lat = measures.arrive_latency(src.cols(["queue_ns", "pin_dur_ns", "wait_start_ns", "arrive_ns",
                                                    "put_dur_ns"]))
+    busy_handoff = measures.busy_handoff(src.cols(["rank", "epoch", "worker_id", "prep_start_ns", "prep_end_ns",
+                                                   "pin_dur_ns", "arrive_ns", "wait_start_ns"])) if nw > 0 else None
     epoch_batches, epoch_gaps, epoch_boots = measures.epoch_restarts(
         src.cols(["rank", "epoch", "dispatch_ns", "consumed_ns", "prep_start_ns"]))
     spans = ["rank", "epoch", "worker_id", "prep_start_ns", "prep_end_ns", "prep_dur_ns"]
@@ -187,7 +191,7 @@ def observe(run: RunTrace) -> Observation:
         start_latency_ns=start_lat, arrive_latency_ns=arrive_lat, free_gap_ns=free_gap, reread=reread,
         description=desc, epoch_batches=epoch_batches, epoch_gap_ns=epoch_gaps, epoch_boot_ns=epoch_boots,
         missing=missing, notes=notes, levels=levels, io_ns=_take(storage[0], have) if storage else None,
-        loop_runq_ns=_loop_runq(src, have) if nw == 0 else None)
+        loop_runq_ns=_loop_runq(src, have) if nw == 0 else None, busy_handoff=busy_handoff)
 
 
 def _loop_runq(src, have) -> np.ndarray | None:

@@ -144,6 +144,10 @@ class PipelineModel:
     # the server's time per hand-off from a worker preparing its next batch meanwhile (ms), beyond the above;
     # scaled by lotus.model.handoff.busy_share at each worker count
     handoff_busy_ms: float = 0.0
+    # a hand-off from a worker that goes on to its next batch takes this share of that batch's preparation (the
+    # worker holds the interpreter lock its resource-sharer thread needs; measures.busy_handoff), simulated per
+    # batch (lotus.sim.Latencies.busy_share); 0: not told apart (every hand-off as arrive_latency_ms)
+    handoff_busy_share: float = 0.0
     main_cpu_measured: bool = False  # main_cpu_cores measured by the trace (main_cpu events)
     # the time to read one of the dataset's files with N readers at once (ms; any unit: only ratios are used),
     # measured by reading them (lotus.profile.diskprobe via lotus.model.storage); empty: storage as traced
