@@ -22,6 +22,11 @@ queue near saturation) where the job alone ran 1.6x faster. So the service is pe
 worker*, scaled by the share of hand-offs whose worker is busy: the share of its time a worker prepares
 batches, times the share of its batches that are not its last of an epoch (after the last one it waits for
 the next epoch's indices): :func:`busy_share`.
+
+Where a run's batches tell busy hand-offs from idle ones (:func:`lotus.model.measures.busy_handoff`), a busy
+hand-off is simulated per batch instead, as a share of the worker's next batch, and only its head-of-line part
+stays a queue here, calibrated per run (:mod:`lotus.model.handoff_fit`; docs/model.md, "Busy workers'
+hand-offs, batch by batch").
 """
 
 from __future__ import annotations
