@@ -100,3 +100,16 @@ def test_a_run_of_few_busy_hand_offs_tells_their_share_not_their_queue(tmp_path)
     model = fit(load_run(run))
     assert 0.8 <= model.handoff_busy_share <= 1.3  # 2 of 16 hand-offs busy: still measured (1.03)
     assert model.handoff_busy_ms == 0.0  # fewer than half busy: MIN_BUSY_FIT
+
+
+@pytest.mark.timeout(300)
+def test_whatif_says_where_no_run_told_the_wait_behind_busy_workers(tmp_path):
+    """From the 14-worker trace (busy hand-offs told, no head-of-line part: too few of them) predictions at
+    fewer workers carry a note naming those counts; from the 4-worker trace (the part fitted) none do."""
+    from lotus.model.report import whatif
+
+    few, _ = _trace(tmp_path, 14)
+    said = [n for n in whatif(few, workers=[4, 7, 16], cpus=[8.0]).notes if "behind a busy worker" in n]
+    assert len(said) == 1 and said[0].startswith("at 4, 7 workers")
+    many, _ = _trace(tmp_path, 4)
+    assert not [n for n in whatif(many, workers=[2, 8], cpus=[8.0]).notes if "behind a busy worker" in n]

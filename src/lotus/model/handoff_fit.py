@@ -64,3 +64,17 @@ def _run_part(model, s) -> float | None:
             break
         lo, hi = (mid, hi) if got > s.samples_per_s else (lo, mid)
     return 0.5 * (lo + hi)
+
+
+def unseen_queue(model, num_workers: int) -> bool:
+    """Whether a prediction at ``num_workers`` leans on a head-of-line part no run told: the runs told busy
+    hand-offs per batch but no queue part (:func:`fitted_busy_queue` 0), and this count has a larger share of busy
+    hand-offs than every run (fewer workers: each prepares more batches an epoch). Measured from such runs
+    (docs/results/gpu-h200/issue-24/busy-handoff/): 8 -> 4 workers +21% / +46% on the GPU host, 8 -> 2 and 4
+    -19% / -11% on the 2-CPU VM: off either way."""
+    if num_workers <= 0 or model.handoff_busy_share <= 0 or model.handoff_busy_ms > 0 or not model.epoch_batches:
+        return False
+    traced = [r.num_workers for r in model.runs if r.num_workers > 0]
+    here = busy_share(num_workers, model.epoch_batches)
+    return bool(traced) and all(here > busy_share(w, model.epoch_batches) + 1e-9 for w in traced)
+

@@ -163,6 +163,7 @@ def whatif(data_dir: str | os.PathLike, *, workers=None, cpus=None, batch_size: 
     if t.num_workers == 0 and any(w > 0 for w in workers):
         notes += _worker_path(model, shm_probe)
     notes += _slicing_note(model, table)
+    notes += _queue_note(model, workers)
     return WhatIf(model=model, predictions=table, measured=measured, cache=steady, cache_epochs=per_epoch,
                   dataset=dataset, notes=notes + model.notes, check=check)
 
@@ -201,6 +202,23 @@ def _slicing_note(model, table) -> list[str]:
             f"host from 8 to 16 workers on 4 CPUs, none for small Python samples), so predictions at another level "
             f"of it (traced {traced:.2g} runnable a CPU) take it as free: a rate marked <= is at most that, >= at "
             f"least; a second run at another worker count (lotus whatif -d RUN -d RUN2) fits it"]
+
+
+def _queue_note(model, workers) -> list[str]:
+    """Where predictions need the hand-offs' head-of-line part and no run told it
+    (:func:`lotus.model.handoff_fit.unseen_queue`), which ones and why."""
+    from lotus.model.handoff_fit import unseen_queue
+
+    unseen = sorted({int(w) for w in workers if unseen_queue(model, int(w))})
+    if not unseen:
+        return []
+    return [f"at {', '.join(map(str, unseen))} workers each worker prepares more of an epoch's "
+            f"{model.epoch_batches} batches than in any traced run, so more batches wait behind a busy worker's "
+            "hand-off (the main process receives them in the order they were put); the traced runs never showed "
+            "that wait, so these predictions leave it out and can be off either way (issue 24, from 8 workers' traces "
+            "of 16-batch epochs: 4 workers +21% to +46% on the GPU host; 2 and 4 workers -19% / -11% on a 2-CPU "
+            "VM); a run or probe at fewer workers "
+            "(lotus whatif -d RUN -d RUN2, lotus tune) measures it"]
 
 
 def _worker_path(model, probed: bool) -> list[str]:
