@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lotus.analysis._mpl_compat import fast_best
+
 WAIT_LINE_MS = 500.0
 _COLORS = {"preprocessing": "#4C72B0", "wait": "#C44E52", "step": "#55A868", "failed": "#222222"}
 
@@ -140,7 +142,7 @@ def wait_plot(df, *, sort: str = "batch_id", title: str = ""):
     ax.set_yscale("log")
     ax.set_ylabel("training loop wait (ms, log scale)")
     ax.set_title(f"Wait for each batch{' - ' + title if title else ''}")
-    ax.legend(fontsize="small")
+    fast_best(ax.legend(fontsize="small"))
     ax.grid(alpha=0.3, which="both")
     return fig
 
@@ -159,7 +161,7 @@ def delay_plot(df, *, title: str = ""):
     ax.set_xlabel("batch (consumption order)" + note)
     ax.set_ylabel("delay: ready until consumed (ms, log scale)")
     ax.set_title(f"Delay of each batch{' - ' + title if title else ''}")
-    ax.legend(fontsize="small")
+    fast_best(ax.legend(fontsize="small"))
     ax.grid(alpha=0.3, which="both")
     return fig
 
