@@ -11,7 +11,8 @@ What it models, per epoch (all times integer ns)::
     worker                 prep_start_i = max(dispatch_i + start_latency, worker free)
                            prep_end_i   = prep_start_i + prep_i ; worker free again after free_gap
     main, per batch        arrive_i = prep_end_i + arrive_latency  (then the pin thread, serial, if any),
-                           + busy_share * prep_{i+W} where the worker has batch i + W dispatched by prep_end_i
+                           + busy_share * (the worker's run of batches i + W, i + 2W, ... each dispatched
+                           by the end of the one before: what it goes straight on to prepare)
                            the loop asks at t; batch ready (arrive_i <= t): wait = ready_wait_i,
                            otherwise wait = arrive_i - t + late_wait_i ; consumed_i = t + wait
                            next request at consumed_i + step_i
@@ -112,9 +113,12 @@ def loader_loop(prep_ns, *, n_workers: int, prefetch_factor: int, dispatch_dur_n
         p_start[i], p_end[i] = s, end
         free[w] = end + lat.free_gap_ns
         a = end + lat.arrive_ns
-        nb_w = i + nw  # the worker's next batch: busy with it from the end of this one if it was dispatched
-        if lat.busy_share > 0 and nb_w < nb and (nb_w < inflight or nb_w - inflight < i) and dispatch[nb_w] <= end:
-            a += int(lat.busy_share * prep[nb_w])
+        if lat.busy_share > 0:  # the worker's next batches queued by the end of each one: the batch waits for them
+            k, run_end = i + nw, end
+            while k < nb and (k < inflight or k - inflight < i) and dispatch[k] <= run_end:
+                run_end = max(dispatch[k] + lat.start_ns, run_end + lat.free_gap_ns) + prep[k]
+                k += nw
+            a += int(lat.busy_share * (run_end - end))
         if pin is not None:
             a = max(a, pin_free) + pin[i]
             pin_free = a

@@ -18,19 +18,23 @@ REPO = Path(__file__).resolve().parents[2]
 SHORT = REPO / "docs" / "results" / "gpu-h200" / "issue-24" / "short-epochs" / "traces.tgz"
 
 
-def _epochs(n_epochs: int, nw: int, per_epoch: int, busy_ms: float, idle_ms: float, prep_ms: float = 60.0):
+def _epochs(n_epochs: int, nw: int, per_epoch: int, busy_ms: float, idle_ms: float, prep_ms: float = 60.0,
+            gap_ms: float = 5.0, of_rest: bool = False):
     """Batches of epochs where the loop always waits: a worker's batch followed by another of the same epoch
-    arrives ``busy_ms`` after its end, its last one ``idle_ms``."""
+    arrives ``busy_ms`` after its end (``of_rest``: ``busy_ms`` times the rest of the worker's batches of the
+    epoch, in ms of 60), its last one ``idle_ms``; a worker starts its next batch ``gap_ms`` after the last
+    (more than measures.BUSY_GAP_NS: not straight on, so a batch waits for the next one only)."""
     rows = []
     for e in range(n_epochs):
         free = [0.0] * nw
         for k in range(per_epoch):
             w = k % nw
-            start = free[w]
+            start = free[w] + (gap_ms if k >= nw else 0.0)
             end = start + prep_ms
             free[w] = end
             last = k + nw >= per_epoch
-            arrive = end + (idle_ms if last else busy_ms)
+            rest = (per_epoch - 1 - k) // nw
+            arrive = end + (idle_ms if last else busy_ms * (rest * prep_ms / 60.0 if of_rest else 1.0))
             rows.append(dict(rank=0, epoch=e, worker_id=w, prep_start_ns=start * 1e6, prep_end_ns=end * 1e6,
                              pin_dur_ns=np.nan, arrive_ns=arrive * 1e6, wait_start_ns=(start + 1) * 1e6))
     df = pd.DataFrame(rows)
@@ -43,6 +47,13 @@ def test_busy_hand_offs_as_a_share_of_the_next_batch():
     assert share == pytest.approx(1.1)
     assert busy_ns == pytest.approx(66e6)
     assert idle_ns == pytest.approx(2e6)
+
+
+def test_a_worker_going_straight_on_makes_its_batch_wait_for_all_it_has_queued():
+    """prefetch_factor 3 and up: a worker with two batches queued goes straight on through both, and its batch
+    waits for the two (on the GPU host, 16-batch epochs with prefetch 3 at 4 workers: 2.48 of the next batch)."""
+    share, _, _ = busy_handoff(_epochs(4, 4, 16, busy_ms=66.0, idle_ms=2.0, gap_ms=0.0, of_rest=True))
+    assert share == pytest.approx(1.1)
 
 
 @pytest.mark.parametrize("busy, idle, epochs", [(30.0, 20.0, 4),  # every hand-off slowed alike: a queue
@@ -59,10 +70,21 @@ def test_the_simulator_delays_a_busy_workers_batch_by_its_next_one():
     plain = run_loader(prep, step, lat=Latencies(), **kw)
     busy = run_loader(prep, step, lat=Latencies(busy_share=0.5), **kw)
     delay = busy.arrive_ns - plain.arrive_ns
-    assert (delay[:12] == 25_000_000).all()  # each worker goes on to its next batch: half of it
+    half = (50_000_000 + Latencies().free_gap_ns) // 2  # half of the next batch (and the worker's gap before it)
+    assert (delay[:12] == half).all()  # each worker goes on to its next batch
     assert (delay[12:] == 0).all()  # each worker's last batch of the epoch
-    assert busy.consumed_ns[0] == plain.consumed_ns[0] + 25_000_000  # the loop waits for it
+    assert busy.consumed_ns[0] == plain.consumed_ns[0] + half  # the loop waits for it
     assert busy.consumed_ns[-1] == plain.consumed_ns[-1]  # the epoch ends on idle workers' batches
+
+
+def test_with_prefetch_3_the_simulator_delays_a_batch_by_all_its_worker_has_queued():
+    prep = np.full(16, 50_000_000)
+    kw = dict(n_workers=4, prefetch_factor=3, dispatch_dur_ns=np.zeros(16), ready_wait_ns=np.zeros(16),
+              late_wait_ns=np.zeros(16))
+    plain = run_loader(prep, np.zeros(16, np.int64), lat=Latencies(), **kw)
+    busy = run_loader(prep, np.zeros(16, np.int64), lat=Latencies(busy_share=0.5), **kw)
+    # batch 0's worker has batches 4 and 8 queued from the start: it waits for half of both
+    assert busy.arrive_ns[0] - plain.arrive_ns[0] == 50_000_000 + Latencies().free_gap_ns
 
 
 def _trace(tmp_path: Path, w: int) -> tuple[Path, float]:

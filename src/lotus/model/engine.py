@@ -196,8 +196,8 @@ def predict(model, num_workers: int, cpus: float | None, *, batch_size: int | No
                          f"batch{busy_part})")
     if nw > 0 and model.handoff_busy_share > 0:
         out.notes.append(f"a hand-off from a worker going on to its next batch takes {model.handoff_busy_share:.0%} "
-                         f"of that batch's preparation (its resource-sharer thread waits for the worker's interpreter "
-                         f"lock), others {_ms(model.arrive_latency_ms)} ms: simulated per batch")
+                         f"of the batches it goes straight on to prepare (its resource-sharer thread waits for the "
+                         f"worker's interpreter lock), others {_ms(model.arrive_latency_ms)} ms: simulated per batch")
     out.cpu_stretch = s
     out.bound = slicing_bound(model, s)
     out.busy_workers = float(prep[warm:].sum() * s / span) if nw > 0 else None

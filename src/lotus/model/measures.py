@@ -98,9 +98,13 @@ def arrive_latency(b) -> float | None:
 BUSY_LEAST = 5  # batches of each kind (busy / idle worker, the loop waiting) a run needs to tell the split
 
 
+BUSY_GAP_NS = 2_000_000  # a worker starting its next batch within this of the last one's end went straight on
+
+
 def busy_handoff(b) -> tuple[float, float, float] | None:
     """A hand-off from a worker that goes on to its next batch against one from a worker with nothing left
-    (its last batch of an epoch): (the busy one's latency as a share of that next batch's preparation, the
+    (its last batch of an epoch): (the busy one's latency as a share of what the worker goes straight on to
+    prepare: its next batch, and the ones after it that it starts within :data:`BUSY_GAP_NS`; the
     busy latency (ns), the idle one (ns)), medians; None where fewer than :data:`BUSY_LEAST` of either kind
     were waited for, or the busy ones were not at least twice as slow (then every hand-off is slowed alike:
     a queue, :mod:`lotus.model.handoff`).
@@ -110,7 +114,9 @@ def busy_handoff(b) -> tuple[float, float, float] | None:
     for it, from the later of ready and asked. Measured on the GPU host (16-batch epochs of 2 ms Python
     samples, docs/results/gpu-h200/issue-24/short-epochs/): busy hand-offs 62-80 ms at 2-14 workers, 1.03-1.18
     of the worker's next batch, idle ones 1-5 ms: the batch's storage is fetched from the worker's resource-
-    sharer thread, which needs the interpreter lock the worker holds while it prepares its next batch."""
+    sharer thread, which needs the interpreter lock the worker holds while it prepares its next batch. With
+    prefetch_factor 3 a worker goes straight through two queued batches and the batch waits for both (16-batch
+    epochs at 4 workers: 2.48 of the next batch alone; as a share of the two, ~1.2)."""
     rank, epoch = b["rank"].to_numpy(np.int64), b["epoch"].to_numpy(np.int64)
     worker = b["worker_id"].to_numpy(np.float64, na_value=np.nan)
     start, end = _f64(b["prep_start_ns"]), _f64(b["prep_end_ns"])
@@ -124,8 +130,18 @@ def busy_handoff(b) -> tuple[float, float, float] | None:
     order = idx[np.lexsort((start[idx], worker[idx], epoch[idx], rank[idx]))]
     same = (rank[order][1:] == rank[order][:-1]) & (epoch[order][1:] == epoch[order][:-1]) \
         & (worker[order][1:] == worker[order][:-1])
-    nxt = np.full(len(b), np.nan)  # the same worker's next batch of the epoch: its preparation (ns)
-    nxt[order[:-1][same]] = (end - start)[order[1:][same]]
+    # the rest of the worker's run of back-to-back preparations after each batch (ns): the batch waits for it
+    nxt = np.full(len(b), np.nan)
+    run_end = np.full(len(b), np.nan)
+    for j in range(len(order) - 2, -1, -1):
+        if not same[j]:
+            continue
+        a, c = order[j], order[j + 1]
+        if start[c] - end[a] <= BUSY_GAP_NS:  # the next one was queued: the worker went straight on
+            run_end[a] = run_end[c] if np.isfinite(run_end[c]) else end[c]
+            nxt[a] = run_end[a] - end[a]
+        else:
+            nxt[a] = (end - start)[c]  # not straight on: its next batch's preparation, as before
     busy = ok & np.isfinite(nxt) & (nxt > 0) & (ws <= ready)
     idle = ok & ~np.isfinite(nxt) & (arrive > ws)
     if busy.sum() < BUSY_LEAST or idle.sum() < BUSY_LEAST:

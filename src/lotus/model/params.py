@@ -144,8 +144,8 @@ class PipelineModel:
     # the server's time per hand-off from a worker preparing its next batch meanwhile (ms), beyond the above;
     # scaled by lotus.model.handoff.busy_share at each worker count
     handoff_busy_ms: float = 0.0
-    # a hand-off from a worker that goes on to its next batch takes this share of that batch's preparation (the
-    # worker holds the interpreter lock its resource-sharer thread needs; measures.busy_handoff), simulated per
+    # a hand-off from a worker that goes on to its next batch(es) takes this share of what it goes straight on to
+    # prepare (it holds the interpreter lock its resource-sharer thread needs; measures.busy_handoff), simulated per
     # batch (lotus.sim.Latencies.busy_share); 0: not told apart (every hand-off as arrive_latency_ms)
     handoff_busy_share: float = 0.0
     main_cpu_measured: bool = False  # main_cpu_cores measured by the trace (main_cpu events)
