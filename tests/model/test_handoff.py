@@ -80,7 +80,7 @@ def test_two_traces_of_one_job_agree_on_a_busy_workers_hand_off():
     """4 and 8 workers: a service of 27 and 17 ms a batch, but per hand-off from a busy worker (3 of 4
     hand-offs, 1 of 2) 36 and 34 ms: the 4-worker trace's split gives the 8-worker trace's service within
     10%, where one fixed service (the model before) was 57% over it."""
-    from lotus.model.fitting import _handoff_service_ms
+    from lotus.model.handoff_fit import service_parts as _handoff_service_ms
 
     main4, busy4, _ = _handoff_service_ms([_obs(*SHORT4)])
     main8, busy8, _ = _handoff_service_ms([_obs(*SHORT8)])
@@ -94,7 +94,7 @@ def test_two_traces_of_one_job_agree_on_a_busy_workers_hand_off():
 def test_a_main_process_at_its_limit_keeps_its_service_as_a_queue():
     """ResNet-18 at 16 workers: the main process's CPU a batch (0.89 CPUs at 18 batches/s) beyond the step
     explains most of the 52 ms service: that part is the main's and stays at every worker count."""
-    from lotus.model.fitting import _handoff_service_ms
+    from lotus.model.handoff_fit import service_parts as _handoff_service_ms
 
     main, busy, _ = _handoff_service_ms([_obs(*DECODE16)])
     total = service_ns(DECODE16[5] * 1e6, DECODE16[1] / DECODE16[2]) / 1e6
@@ -103,7 +103,7 @@ def test_a_main_process_at_its_limit_keeps_its_service_as_a_queue():
 
 
 def test_without_the_main_processs_cpu_the_whole_service_stays():
-    from lotus.model.fitting import _handoff_service_ms
+    from lotus.model.handoff_fit import service_parts as _handoff_service_ms
 
     main, busy, _ = _handoff_service_ms([_obs(*SHORT4[:3], None, *SHORT4[4:])])
     assert busy == 0.0 and main == pytest.approx(service_ns(127.5e6, 1064.6 / 32) / 1e6)
@@ -141,8 +141,8 @@ def test_a_run_with_few_busy_hand_offs_does_not_tell_their_part(obs):
     divided by that share made a hand-off of 166 ms a busy worker where 2 workers' own run measured 74 ms (the
     what-if from 14 workers to 2 read -74%). Such a run tells the main process's part only; the rest of its
     latency is not a queue's (its main process used ~0.5 CPUs) and is not modelled."""
-    from lotus.model.fitting import _handoff_service_ms
     from lotus.model.handoff import MIN_BUSY_FIT
+    from lotus.model.handoff_fit import service_parts as _handoff_service_ms
 
     nw, rate, bs, cores, step_ms, _, per_epoch, gap_ms = obs
     assert busy_share(nw, per_epoch) < MIN_BUSY_FIT

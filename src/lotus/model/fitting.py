@@ -179,7 +179,9 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         op_ms[name] = dist_of([(o.op_ns.get(name), o.summary.cpu_stretch) for o in base])
     src = next((o.step_source for o in base if o.step_source), None)
     epoch_batches, epoch_gap_per_worker_ms, epoch_gap0_ms, epoch_boot_ms = _epochs(base, obs[0].summary.batch_size)
-    handoff = _handoff_service_ms(base)
+    from lotus.model.handoff_fit import fitted_busy_queue, service_parts
+
+    handoff = service_parts(base)
     arrive_ms = _median_of(base, "arrive_latency_ns", 60_000) / 1e6
     if handoff[2] > 0:  # busy workers' hand-offs simulated per batch: the rest of the batches' latency
         arrive_ms = float(np.median([o.busy_handoff[2] for o in base if o.busy_handoff])) / 1e6
@@ -207,49 +209,8 @@ def fit(runs, *, main_cpu_cores: float = 1.0, io_bytes_per_s: float | None = Non
         runs=[o.summary for o in obs], base_state="warm" if warm else "cold",
         missing=missing, notes=list(dict.fromkeys(notes)), measured=measured)
     if model.handoff_busy_share > 0:  # busy hand-offs per batch: the queue they also make, fitted by simulation
-        from lotus.model.handoff_fit import fitted_busy_queue
-
         model.handoff_busy_ms = fitted_busy_queue(model, base)
     return model
-
-
-def _handoff_service_ms(obs: list[Observation]) -> tuple[float | None, float, float]:
-    """The hand-off server's time per batch (ms; :mod:`lotus.model.handoff`): (the part that stays at every
-    worker count, the part per hand-off from a worker busy with its next batch, a busy worker's hand-off
-    latency as a share of its next batch), medians over the runs with workers. A run's service is what its
-    arrive latency at its own batch rate gives; the main process's own part is at most its measured CPU per
-    batch beyond the step's time and the epoch restarts' (all of it where the main process's CPU was not
-    measured); the rest is over the run's busy share. Where a run measured busy workers' hand-offs apart from
-    idle ones' (:func:`lotus.model.measures.busy_handoff`: the former at least twice as slow, so not a queue
-    that slows every hand-off) they are simulated per batch, each a share of the worker's next batch, and no
-    run tells a busy part of the queue ((fixed, 0, share)). (None, 0, 0) when no run tells."""
-    from lotus.model.handoff import MIN_BUSY_FIT, busy_share, service_ns
-
-    told = [o.busy_handoff[0] for o in obs if o.summary.num_workers > 0 and o.busy_handoff]
-    fixed, busy = [], []
-    for o in obs:
-        s = o.summary
-        if s.num_workers <= 0 or not s.samples_per_s:
-            continue
-        per_s = s.samples_per_s / s.batch_size
-        got = service_ns(o.arrive_latency_ns, per_s)
-        if not got:
-            continue
-        main = got
-        if s.main_cpu_cores is not None:
-            step = float(np.mean(o.step_ns)) if o.step_ns is not None and o.step_ns.size else 0.0
-            # the epoch's restart (fresh workers forked by the main process) is main CPU that is not hand-offs
-            restart = float(np.median(o.epoch_gap_ns)) / o.epoch_batches if o.epoch_batches and \
-                o.epoch_gap_ns.size else 0.0
-            main = min(max(s.main_cpu_cores * 1e9 / per_s - step - restart, 0.0), got)
-        fixed.append(main)
-        share = busy_share(s.num_workers, o.epoch_batches)
-        if not told and share >= MIN_BUSY_FIT:  # enough busy hand-offs to tell their part (else not a queue's)
-            busy.append((got - main) / share)
-    share = float(np.median(told)) if told else 0.0
-    if not fixed:
-        return None, 0.0, share
-    return float(np.median(fixed)) / 1e6, float(np.median(busy)) / 1e6 if busy else 0.0, share
 
 
 def _unstretched(a: np.ndarray, stretch: float) -> np.ndarray:

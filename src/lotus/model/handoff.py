@@ -24,9 +24,9 @@ batches, times the share of its batches that are not its last of an epoch (after
 the next epoch's indices): :func:`busy_share`.
 
 Where a run's batches tell busy hand-offs from idle ones (:func:`lotus.model.measures.busy_handoff`), a busy
-hand-off is simulated per batch instead, as a share of the worker's next batch, and only its head-of-line part
-stays a queue here, calibrated per run (:mod:`lotus.model.handoff_fit`; docs/model.md, "Busy workers'
-hand-offs, batch by batch").
+hand-off is simulated per batch instead, as a share of what the worker goes straight on to prepare, and only
+its head-of-line part stays a queue here, calibrated per run (:mod:`lotus.model.handoff_fit`; docs/model.md,
+"Busy workers' hand-offs, batch by batch").
 """
 
 from __future__ import annotations

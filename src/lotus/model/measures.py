@@ -112,11 +112,11 @@ def busy_handoff(b) -> tuple[float, float, float] | None:
     Busy: the loop was already waiting when the batch was prepared (its latency is all hand-off), the
     latency from the end of preparation (less pinning) to the main process having it. Idle: the loop waited
     for it, from the later of ready and asked. Measured on the GPU host (16-batch epochs of 2 ms Python
-    samples, docs/results/gpu-h200/issue-24/short-epochs/): busy hand-offs 62-80 ms at 2-14 workers, 1.03-1.18
-    of the worker's next batch, idle ones 1-5 ms: the batch's storage is fetched from the worker's resource-
-    sharer thread, which needs the interpreter lock the worker holds while it prepares its next batch. With
-    prefetch_factor 3 a worker goes straight through two queued batches and the batch waits for both (16-batch
-    epochs at 4 workers: 2.48 of the next batch alone; as a share of the two, ~1.2)."""
+    samples, docs/results/gpu-h200/issue-24/short-epochs/): busy hand-offs 62-80 ms at 2-14 workers, 0.84-1.16
+    of the worker's next batch (the runs' medians), idle ones 1-5 ms: the batch's storage is fetched from the
+    worker's resource-sharer thread, which needs the interpreter lock the worker holds while it prepares its next
+    batch. With prefetch_factor 3 a worker goes straight through two queued batches and the batch waits for both
+    (16-batch epochs at 4 workers: 2.48 of the next batch alone, 1.24 of the two)."""
     rank, epoch = b["rank"].to_numpy(np.int64), b["epoch"].to_numpy(np.int64)
     worker = b["worker_id"].to_numpy(np.float64, na_value=np.nan)
     start, end = _f64(b["prep_start_ns"]), _f64(b["prep_end_ns"])
@@ -130,18 +130,16 @@ def busy_handoff(b) -> tuple[float, float, float] | None:
     order = idx[np.lexsort((start[idx], worker[idx], epoch[idx], rank[idx]))]
     same = (rank[order][1:] == rank[order][:-1]) & (epoch[order][1:] == epoch[order][:-1]) \
         & (worker[order][1:] == worker[order][:-1])
-    # the rest of the worker's run of back-to-back preparations after each batch (ns): the batch waits for it
+    # what the worker goes straight on to prepare after each batch (ns): the rest of its run of back-to-back
+    # preparations (each next one started within BUSY_GAP_NS: it was queued); not straight on, its next batch
+    a, c = order[:-1], order[1:]
+    on = same & (start[c] - end[a] <= BUSY_GAP_NS)
+    run = np.concatenate(([0], np.cumsum(~on)))  # run number of each position in `order`
+    last = np.flatnonzero(np.diff(np.append(run, run[-1] + 1)))  # each run's last position
+    run_end = end[order[last]][run]  # per position: the end of its run
     nxt = np.full(len(b), np.nan)
-    run_end = np.full(len(b), np.nan)
-    for j in range(len(order) - 2, -1, -1):
-        if not same[j]:
-            continue
-        a, c = order[j], order[j + 1]
-        if start[c] - end[a] <= BUSY_GAP_NS:  # the next one was queued: the worker went straight on
-            run_end[a] = run_end[c] if np.isfinite(run_end[c]) else end[c]
-            nxt[a] = run_end[a] - end[a]
-        else:
-            nxt[a] = (end - start)[c]  # not straight on: its next batch's preparation, as before
+    nxt[a[on]] = run_end[:-1][on] - end[a[on]]
+    nxt[a[same & ~on]] = (end - start)[c[same & ~on]]
     busy = ok & np.isfinite(nxt) & (nxt > 0) & (ws <= ready)
     idle = ok & ~np.isfinite(nxt) & (arrive > ws)
     if busy.sum() < BUSY_LEAST or idle.sum() < BUSY_LEAST:

@@ -52,7 +52,7 @@ class Observation:
     io_ns: np.ndarray | None = None  # per batch: off a CPU reading from storage (measures.storage_waits)
     # per batch, num_workers=0 runs (format >= 6): the loop thread's run-queue delay in its fetch (ns; 0: unknown)
     loop_runq_ns: np.ndarray | None = None
-    # measures.busy_handoff: (a busy worker's hand-off as a share of its next batch, its latency ns, an idle one's ns)
+    # measures.busy_handoff: (a busy worker's hand-off as a share of its queued run, its latency ns, an idle one's ns)
     busy_handoff: tuple[float, float, float] | None = None
 
 
