@@ -38,7 +38,10 @@ path (to time another version of lotus on the same traces, e.g. main's ``src``):
 pinned to the first J CPUs (``taskset -c 0`` for 1) with ``$LOTUS_JOBS=J``, in turn, ``--repeat`` times,
 and reports besides the child's own peak (``VmHWM``) the peak of the summed resident memory of it and
 its worker processes (sampled every 20 ms), the speed-up over J=1 and whether the ``--json`` outputs are
-byte-identical; ``--ranks R`` generates runs of R ranks::
+byte-identical; ``--ranks R`` generates runs of R ranks. Beside them, "J x jobs=1 at once": J serial runs
+started together, each pinned to its own CPU: what this machine's J CPUs give work that needs no merging at
+all (its speed-up, J x the serial time over theirs, is the ceiling of any J-process scan here: on a VM whose
+CPUs share a physical core or a host, J processes do not get J times one's speed)::
 
     python benchmarks/ingest.py --cli --events 100000000 --epochs 10 --jobs 1,2 --repeat 5 --dir /tmp/lotus26
 """
@@ -123,7 +126,10 @@ def cli_once(cmd: str, run: Path, engine: str, jobs: int | None = None, out=None
         if jobs is not None:
             env["LOTUS_JOBS"] = str(jobs)
         pre = ("import os, atexit\n"
-               f"os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:{cpus}])\n"
+               "_cpus = sorted(os.sched_getaffinity(0))\n"
+               f"os.sched_setaffinity(0, _cpus[:{cpus}])\n"
+               "if os.environ.get('LOTUS_BENCH_CPU'):\n"  # one copy of several at once (scale.at_once)
+               "    os.sched_setaffinity(0, [_cpus[int(os.environ['LOTUS_BENCH_CPU'])]])\n"
                "def _hwm():\n"
                "    kb = [int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM')][0]\n"
                "    open(os.environ['LOTUS_BENCH_HWM'], 'w').write(str(kb * 1024))\n"

@@ -120,21 +120,43 @@ def in_turn(cmd: str, run: Path, engine: str, settings: list[tuple[str, int, dic
     for _ in range(repeat):
         for name, jobs, env in settings:
             with tempfile.TemporaryFile() as out:
-                dt, peak = cli_once(cmd, run, engine, jobs=jobs, out=out, env=env)
+                if AT_ONCE in env:
+                    dt, peak = at_once(cmd, run, engine, int(env[AT_ONCE]), out)
+                else:
+                    dt, peak = cli_once(cmd, run, engine, jobs=jobs, out=out, env=env)
                 out.seek(0)
                 digests[name].add(hashlib.sha256(out.read()).hexdigest())
             res[name].append((dt, peak))
     trees = {}
     for name, jobs, env in settings:  # the peak of the process tree: one more run each, not timed (cli_once)
-        cli_once(cmd, run, engine, jobs=jobs, env=env, tree=True)
-        trees[name] = cli_once.tree_peak
+        if AT_ONCE not in env:
+            cli_once(cmd, run, engine, jobs=jobs, env=env, tree=True)
+        trees[name] = 0 if AT_ONCE in env else cli_once.tree_peak
     first = settings[0][0]
     base = statistics.median(r[0] for r in res[first])
+    copies = {name: int(env.get(AT_ONCE, 1)) for name, _, env in settings}
     return [{"command": cmd, "setting": name, "jobs": jobs, "seconds": statistics.median(r[0] for r in res[name]),
-             "speedup": base / statistics.median(r[0] for r in res[name]), "runs": [r[0] for r in res[name]],
-             "peak_bytes": max(r[1] for r in res[name]), "tree_peak_bytes": trees[name],
-             "same_output": len(digests[name]) == 1 and digests[name] == digests[first]}
+             "speedup": copies[name] * base / statistics.median(r[0] for r in res[name]),
+             "runs": [r[0] for r in res[name]], "peak_bytes": max(r[1] for r in res[name]),
+             "tree_peak_bytes": trees[name], "same_output": len(digests[name]) == 1 and digests[name] == digests[first]}
             for name, jobs, _ in settings]
+
+
+AT_ONCE = "LOTUS_BENCH_AT_ONCE"  # a setting of in_turn: that many serial runs at once (at_once)
+
+
+def at_once(cmd: str, run: Path, engine: str, copies: int, out) -> tuple[float, int]:
+    """``copies`` serial runs of ``lotus analyze CMD`` started together, each pinned to its own CPU: (seconds until
+    the last ends, the largest peak); the first one's ``--json`` goes to ``out``. Their speed-up (``copies`` x the
+    serial time over this) is what this machine's CPUs give work that needs no merging: the ceiling of any scan
+    on that many processes here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(copies) as pool, tempfile.TemporaryFile() as sink:
+        runs = [pool.submit(cli_once, cmd, run, engine, 1, out if i == 0 else sink, {"LOTUS_BENCH_CPU": str(i)})
+                for i in range(copies)]
+        got = [r.result() for r in runs]
+    return max(g[0] for g in got), max(g[1] for g in got)
 
 
 def jobs_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: int, ranks: int,
@@ -152,9 +174,11 @@ def jobs_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: i
                 while f.read(1 << 24):
                     pass
         for cmd in ("stats", "verdict"):
-            for row in in_turn(cmd, run, engine, [(f"jobs={j}", j, {}) for j in jobs], repeat):
+            ceiling = [(f"{j}x1", j, {AT_ONCE: str(j)}) for j in jobs if j > 1]  # at_once: the machine's ceiling
+            for row in in_turn(cmd, run, engine, [(f"jobs={j}", j, {}) for j in jobs] + ceiling, repeat):
                 rows.append({"events": n, "ranks": ranks, **row})
-                print(f"{n:>12,} {ranks:>5} {cmd:8} {row['jobs']:>4} {row['seconds']:>9.2f} {row['speedup']:>7.2f}x "
+                label = row["setting"].removeprefix("jobs=")
+                print(f"{n:>12,} {ranks:>5} {cmd:8} {label:>4} {row['seconds']:>9.2f} {row['speedup']:>7.2f}x "
                       f"{row['peak_bytes'] / 2**20:>9.0f} {row['tree_peak_bytes'] / 2**20:>9.0f}  {row['same_output']}")
     print(f"load average {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[1]:.2f} (5 min)")
     return {"engine": engine, "rows": rows}

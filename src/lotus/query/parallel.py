@@ -10,7 +10,8 @@ that order into the bytes one pass would have made. How many processes (:func:`j
   ``0`` or ``auto``: every core this process may run on);
 * otherwise every core for a run of at least :data:`PARALLEL_MIN_BYTES` of trace files, else one.
 
-Processes are forked (``multiprocessing``; the parts come back pickled, in order). ``$LOTUS_CLUSTER``
+Processes are forked (``multiprocessing``); each part comes back in order, its arrays through a
+memory-backed file rather than the pool's pipe (:mod:`lotus.query.handoff`). ``$LOTUS_CLUSTER``
 (``--cluster ADDRESS``) sends the same parts to a running Dask cluster instead
 (:mod:`lotus.query.cluster`): its workers read the files at the same paths (shared storage).
 """
@@ -25,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lotus.errors import LotusError
+from lotus.query.handoff import handoff_dir, receive, send
 from lotus.query.scanfiles import ScanContext, ScanPart, scan_files
 from lotus.query.scanplan import PART_BYTES, TASKS_PER_JOB, _size, plan, scan_task
 
@@ -108,10 +110,19 @@ def scan_parts(paths: list[Path], ctx: ScanContext) -> Iterator[ScanPart]:
         return
 
     ctx = replace(ctx, replay=True)
+    if ctx.census:
+        import lotus.query.census  # noqa: F401 - once here, not in every forked process
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     _log.debug("scanning %d files in %d parts on %d processes", len(paths), len(tasks), n)
-    with multiprocessing.get_context(method).Pool(min(n, len(tasks))) as pool:
-        parts = pool.imap(scan_task, [(t, ctx) for t in tasks])
+    with handoff_dir() as where, multiprocessing.get_context(method).Pool(min(n, len(tasks))) as pool:
+        parts = pool.imap(_scan_and_send, [(t, ctx, where) for t in tasks])
         import pandas  # noqa: F401 - while the workers scan: the events DataFrame is made next
 
-        yield from parts
+        for got in parts:
+            yield receive(got)
+
+
+def _scan_and_send(args):
+    """A part scanned in a pool's process, handed back through a file under ``where`` (:mod:`lotus.query.handoff`)."""
+    paths, ctx, where = args
+    return send(scan_task((paths, ctx)), where)
