@@ -30,7 +30,7 @@ def _same(a, b):
 def test_round_trip_through_a_file(tmp_path):
     with handoff_dir() as where:
         got = send(_obj(), where)
-        assert isinstance(got, Sent) and sum(got.sizes) >= 100_000 * 8 + 3 * 4096 * 8
+        assert isinstance(got, Sent) and sum(n for _, n in got.spans) >= 100_000 * 8 + 3 * 4096 * 8
         assert len(got.head) < 4096  # the arrays went to the file, not into the pickle
         out = receive(got)
         assert os.listdir(where) == []  # unlinked once mapped
@@ -65,5 +65,28 @@ def test_no_room_goes_back_in_band(tmp_path, monkeypatch):
 def test_objects_without_arrays():
     with handoff_dir() as where:
         got = send({"a": 1, "b": [1, 2]}, where)
-        assert isinstance(got, Sent) and got.sizes == ()
+        assert isinstance(got, Sent) and got.spans == ()
         assert receive(got) == {"a": 1, "b": [1, 2]}
+
+
+def _mapped(path: str) -> int:
+    with open("/proc/self/maps") as fh:
+        return sum(path in line for line in fh)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="Linux's /proc")
+def test_each_large_array_is_mapped_on_its_own():
+    """An array the merge keeps must not hold the part's other arrays in memory: one mapping a large array,
+    page-aligned in the file; dropping an array unmaps its bytes; small arrays are plain memory."""
+    import gc
+    import mmap
+
+    with handoff_dir() as where:
+        got = send({"keep": np.arange(50_000), "drop": np.ones(200_000), "small": np.arange(10)}, where)
+        big = [(at, n) for at, n in got.spans if n >= handoff.MAP_MIN]
+        assert len(big) == 2 and all(at % mmap.ALLOCATIONGRANULARITY == 0 for at, _ in big)
+        out = receive(got)
+        assert _mapped(got.path) == 2
+        del out["drop"]
+        gc.collect()
+        assert _mapped(got.path) == 1 and out["keep"][-1] == 49_999 and out["small"].sum() == 45
