@@ -90,3 +90,23 @@ def test_each_large_array_is_mapped_on_its_own():
         del out["drop"]
         gc.collect()
         assert _mapped(got.path) == 1 and out["keep"][-1] == 49_999 and out["small"].sum() == 45
+
+
+def test_a_killed_scans_directory_is_removed_by_the_next(tmp_path, monkeypatch):
+    """A scan killed before its cleanup leaves its directory (tmpfs memory); the next scan removes those of
+    processes that are gone, never a live one's."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    monkeypatch.setattr(handoff, "SHM", str(tmp_path))
+    stale = tmp_path / f"{handoff.PREFIX}{dead}-abc"
+    live = tmp_path / f"{handoff.PREFIX}{os.getppid()}-def"
+    for d in (stale, live):
+        d.mkdir()
+        (d / "x.part").write_bytes(b"1234")
+    with handoff_dir() as where:
+        assert where.startswith(str(tmp_path / f"{handoff.PREFIX}{os.getpid()}-"))
+        assert not stale.exists() and live.exists()
+    assert not os.path.exists(where)

@@ -4,7 +4,7 @@ Through the pool's pipe, a part (tens of MB of numpy arrays: the folded per-batc
 histograms) is pickled into one bytes object, written through a 64 KiB pipe, read back piece by piece
 into a buffer, copied out of it and unpickled, copying every array again: measured on this project's
 2-CPU VM, 110 MB of arrays cost the receiving process 0.38 CPU-seconds, CPU taken from the processes
-still scanning (benchmarks/scale.py). Here the part is pickled with its arrays *out of band*
+still scanning (docs/results/parallel_100m_2cpu.txt). Here the part is pickled with its arrays *out of band*
 (pickle protocol 5): the worker writes their bytes once into a file in a memory-backed directory
 (:func:`handoff_dir`: ``/dev/shm`` where there is one) and sends back only the small pickle that
 refers to them (:class:`Sent`); the merging process maps each large array's bytes on their own (private,
@@ -15,8 +15,9 @@ mapping a part raised the merging process's peak from 236 to 818 MiB with 16 pro
 
 The file is unlinked as soon as it is mapped (its memory is freed with the last array over it) and
 the directory is the caller's (:func:`handoff_dir`), removed with everything in it when the scan ends,
-whatever happened. A worker that cannot write the file (no room, no permission) returns the part
-itself, through the pipe as before (logged once at debug level); nothing else changes.
+whatever happened; one left by a process killed mid-scan is removed by the next scan on the machine.
+A worker that cannot write the file (no room, no permission) returns the part itself, through the
+pipe as before (logged at debug level); nothing else changes.
 """
 
 from __future__ import annotations
@@ -47,18 +48,49 @@ class Sent:
 MAP_MIN = 1 << 16  # buffers of at least this many bytes are mapped on their own; smaller ones are read (copied)
 
 
+PREFIX = "lotus-parts-"
+
+
 @contextlib.contextmanager
 def handoff_dir():
-    """A private directory for the parts' files, memory-backed where the system has one, removed on exit."""
+    """A private directory for the parts' files, memory-backed where the system has one, removed on exit. Its
+    name holds this process's id: directories left by a process that no longer runs (killed mid-scan: memory
+    a tmpfs keeps until it is removed) are removed first (:func:`_remove_stale`)."""
     base = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK | os.X_OK) else None
+    _remove_stale(base or tempfile.gettempdir())
+    prefix = f"{PREFIX}{os.getpid()}-"
     try:
-        path = tempfile.mkdtemp(prefix="lotus-parts-", dir=base)
+        path = tempfile.mkdtemp(prefix=prefix, dir=base)
     except OSError:
-        path = tempfile.mkdtemp(prefix="lotus-parts-")
+        path = tempfile.mkdtemp(prefix=prefix)
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_stale(base: str) -> None:
+    """Remove the part directories under ``base`` whose process (the id in their name) is gone."""
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        _log.debug("removing %s, left by process %s", os.path.join(base, name), pid)
+        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
 
 
 def send(obj, where: str):
