@@ -94,19 +94,24 @@ def test_each_large_array_is_mapped_on_its_own():
 
 def test_a_killed_scans_directory_is_removed_by_the_next(tmp_path, monkeypatch):
     """A scan killed before its cleanup leaves its directory (tmpfs memory); the next scan removes those of
-    processes that are gone, never a live one's."""
+    processes that are gone and untouched for STALE_S, never a live one's nor a recently written one."""
     import subprocess
     import sys
+    import time
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()
     monkeypatch.setattr(handoff, "SHM", str(tmp_path))
     stale = tmp_path / f"{handoff.PREFIX}{dead}-abc"
     live = tmp_path / f"{handoff.PREFIX}{os.getppid()}-def"
-    for d in (stale, live):
+    recent = tmp_path / f"{handoff.PREFIX}{dead}-ghi"  # a scan of another PID namespace, still writing
+    for d in (stale, live, recent):
         d.mkdir()
         (d / "x.part").write_bytes(b"1234")
+    old = time.time() - handoff.STALE_S - 60
+    for d in (stale, live):
+        os.utime(d, (old, old))
     with handoff_dir() as where:
         assert where.startswith(str(tmp_path / f"{handoff.PREFIX}{os.getpid()}-"))
-        assert not stale.exists() and live.exists()
+        assert not stale.exists() and live.exists() and recent.exists()
     assert not os.path.exists(where)

@@ -69,8 +69,16 @@ def handoff_dir():
         shutil.rmtree(path, ignore_errors=True)
 
 
+STALE_S = 600  # a part directory untouched this long whose process is gone is stale (a part is written every
+# few seconds to a minute while its scan runs; the age also spares a live scan of another PID namespace
+# sharing /dev/shm, whose id means nothing here)
+
+
 def _remove_stale(base: str) -> None:
-    """Remove the part directories under ``base`` whose process (the id in their name) is gone."""
+    """Remove the part directories under ``base`` whose process (the id in their name) is gone and that nothing
+    has written to for :data:`STALE_S` seconds."""
+    import time
+
     try:
         names = [n for n in os.listdir(base) if n.startswith(PREFIX)]
     except OSError:
@@ -78,6 +86,11 @@ def _remove_stale(base: str) -> None:
     for name in names:
         pid = name[len(PREFIX):].split("-", 1)[0]
         if not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            if time.time() - os.stat(os.path.join(base, name)).st_mtime < STALE_S:
+                continue
+        except OSError:
             continue
         _log.debug("removing %s, left by process %s", os.path.join(base, name), pid)
         shutil.rmtree(os.path.join(base, name), ignore_errors=True)
