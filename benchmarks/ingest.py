@@ -37,7 +37,8 @@ path (to time another version of lotus on the same traces, e.g. main's ``src``):
 ``--jobs 1,2`` (with ``--cli``; issue 26: the scan on every core) runs each command once per value J,
 pinned to the first J CPUs (``taskset -c 0`` for 1) with ``$LOTUS_JOBS=J``, in turn, ``--repeat`` times,
 and reports besides the child's own peak (``VmHWM``) the peak of the summed resident memory of it and
-its worker processes (sampled every 20 ms), the speed-up over J=1 and whether the ``--json`` outputs are
+its worker processes (sampled every 20 ms), the speed-up over J=1 (of the medians, and the median of each
+round's own ratio: the rounds run the settings in turn) and whether the ``--json`` outputs are
 byte-identical; ``--ranks R`` generates runs of R ranks. Beside them, "J x jobs=1 at once": J serial runs
 started together, each pinned to its own CPU: what this machine's J CPUs give work that needs no merging at
 all (its speed-up, J x the serial time over theirs, is the ceiling of any J-process scan here: on a VM whose

@@ -135,8 +135,13 @@ def in_turn(cmd: str, run: Path, engine: str, settings: list[tuple[str, int, dic
     first = settings[0][0]
     base = statistics.median(r[0] for r in res[first])
     copies = {name: int(env.get(AT_ONCE, 1)) for name, _, env in settings}
+
+    def ratios(name):  # each round's own speed-up (the rounds ran in turn: a slow moment falls on both)
+        return sorted(copies[name] * b[0] / r[0] for b, r in zip(res[first], res[name], strict=True))
+
     return [{"command": cmd, "setting": name, "jobs": jobs, "seconds": statistics.median(r[0] for r in res[name]),
              "speedup": copies[name] * base / statistics.median(r[0] for r in res[name]),
+             "speedup_median_of_ratios": statistics.median(ratios(name)), "round_speedups": ratios(name),
              "runs": [r[0] for r in res[name]], "peak_bytes": max(r[1] for r in res[name]),
              "tree_peak_bytes": trees[name], "same_output": len(digests[name]) == 1 and digests[name] == digests[first]}
             for name, jobs, _ in settings]
@@ -163,8 +168,8 @@ def jobs_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: i
                jobs: list[int]) -> dict:
     """Each command at each ``jobs`` value in turn (:func:`in_turn`)."""
     rows = []
-    print(f"{'events':>12} {'ranks':>5} {'command':8} {'jobs':>4} {'median s':>9} {'speed-up':>8} {'peak MiB':>9} "
-          f"{'tree MiB':>9}  same output")
+    print(f"{'events':>12} {'ranks':>5} {'command':8} {'jobs':>4} {'median s':>9} {'speed-up':>8} {'of rounds':>9} "
+          f"{'peak MiB':>9} {'tree MiB':>9}  same output")
     for n in sizes:
         run = root / (f"lotus_{n}" + (f"_e{epochs}" if epochs != 1 else "") + (f"_r{ranks}" if ranks != 1 else ""))
         if not run.exists():
@@ -179,7 +184,8 @@ def jobs_bench(sizes: list[int], root: Path, repeat: int, engine: str, epochs: i
                 rows.append({"events": n, "ranks": ranks, **row})
                 label = row["setting"].removeprefix("jobs=")
                 print(f"{n:>12,} {ranks:>5} {cmd:8} {label:>4} {row['seconds']:>9.2f} {row['speedup']:>7.2f}x "
-                      f"{row['peak_bytes'] / 2**20:>9.0f} {row['tree_peak_bytes'] / 2**20:>9.0f}  {row['same_output']}")
+                      f"{row['speedup_median_of_ratios']:>8.2f}x {row['peak_bytes'] / 2**20:>9.0f} "
+                      f"{row['tree_peak_bytes'] / 2**20:>9.0f}  {row['same_output']}")
     print(f"load average {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[1]:.2f} (5 min)")
     return {"engine": engine, "rows": rows}
 
