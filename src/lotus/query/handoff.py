@@ -33,6 +33,11 @@ from dataclasses import dataclass
 
 _log = logging.getLogger("lotus.trace")
 SHM = "/dev/shm"
+PREFIX = "lotus-parts-"  # the parts' directories: lotus-parts-<pid of the scan>-<random>
+MAP_MIN = 1 << 16  # buffers of at least this many bytes are mapped on their own; smaller ones are read (copied)
+STALE_S = 600  # a part directory untouched this long whose process is gone is stale (a part is written every
+# few seconds to a minute while its scan runs; the age also spares a live scan of another PID namespace
+# sharing /dev/shm, whose id means nothing here)
 
 
 @dataclass(frozen=True)
@@ -44,11 +49,6 @@ class Sent:
     spans: tuple[tuple[int, int], ...]
     path: str
 
-
-MAP_MIN = 1 << 16  # buffers of at least this many bytes are mapped on their own; smaller ones are read (copied)
-
-
-PREFIX = "lotus-parts-"
 
 
 @contextlib.contextmanager
@@ -67,11 +67,6 @@ def handoff_dir():
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-STALE_S = 600  # a part directory untouched this long whose process is gone is stale (a part is written every
-# few seconds to a minute while its scan runs; the age also spares a live scan of another PID namespace
-# sharing /dev/shm, whose id means nothing here)
 
 
 def _remove_stale(base: str) -> None:
@@ -150,7 +145,8 @@ def receive(got):
                 if size >= MAP_MIN:
                     views.append(memoryview(mmap.mmap(fh.fileno(), size, offset=at, access=mmap.ACCESS_COPY)))
                 else:
-                    views.append(memoryview(bytearray(os.pread(fh.fileno(), size, at))))
+                    fh.seek(at)
+                    views.append(memoryview(bytearray(fh.read(size))))
     finally:
         with contextlib.suppress(OSError):
             os.unlink(got.path)
