@@ -25,5 +25,6 @@ SINK_PERIOD = "LOTUS_SINK_PERIOD"  # seconds between publishes (default 10)
 SIDECAR = "LOTUS_SIDECAR"  # "1": lotus run's sidecar follows this trace directory (loaders start none)
 
 # files
+SHM_DIR = "/dev/shm"  # the memory-backed file system shared memory lives in (torch's tensors, lotus's scan parts)
 STEPS_MARKER = "lotus-steps-reached"  # lotus-steps-reached-r<rank>-p<pid>.json: a job reached --steps
 RUN_FILE = "lotus-run.json"  # written by the launcher in the trace directory

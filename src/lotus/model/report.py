@@ -226,7 +226,8 @@ def _worker_path(model, probed: bool) -> list[str]:
     t = model.traced
     said = ("predictions with workers read high (issue 24's corpus: +8% on this VM's CPU-bound job, +21-61% on "
             "the GPU host's ResNet-18 at 8 workers, against the job alone, docs/results/corpus.md; there already "
-            "+31% at 2 workers: a sample took 3.2 ms in the loop's thread and 4.1 ms in a worker, and neither "
+            "+31% at 2 workers (the job alone's interval +-24%): a sample took 3.2 ms in the loop's thread and 4.1 ms "
+            "in a worker, and neither "
             "torch's threads, fork nor contention explained it, docs/results/gpu-h200/issue-24/nw0-cause/); a probe "
             "with workers (lotus tune, lotus sensitivity) measures it")
     if model.shm_ns_per_byte and t.batch_bytes:

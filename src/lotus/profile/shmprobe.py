@@ -21,11 +21,12 @@ import logging
 import time
 from dataclasses import dataclass
 
+from lotus._env import SHM_DIR
+
 _log = logging.getLogger("lotus.profile")
 
 MAX_BYTES = 512 << 20  # larger batches are measured at this size (the cost is per byte)
 PAGE = 4096
-SHM_DIR = "/dev/shm"
 
 
 def _shm_room() -> int:

@@ -31,8 +31,9 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+from lotus._env import SHM_DIR as SHM
+
 _log = logging.getLogger("lotus.trace")
-SHM = "/dev/shm"
 PREFIX = "lotus-parts-"  # the parts' directories: lotus-parts-<pid of the scan>-<random>
 MAP_MIN = 1 << 16  # buffers of at least this many bytes are mapped on their own; smaller ones are read (copied)
 STALE_S = 600  # a part directory untouched this long whose process is gone is stale (a part is written every

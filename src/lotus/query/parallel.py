@@ -110,8 +110,6 @@ def scan_parts(paths: list[Path], ctx: ScanContext) -> Iterator[ScanPart]:
         return
 
     ctx = replace(ctx, replay=True)
-    if ctx.census:
-        import lotus.query.census  # noqa: F401 - once here, not in every forked process
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     _log.debug("scanning %d files in %d parts on %d processes", len(paths), len(tasks), n)
     with handoff_dir() as where, multiprocessing.get_context(method).Pool(min(n, len(tasks))) as pool:
