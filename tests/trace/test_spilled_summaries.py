@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lotus.analysis import compactverdict, exactstats
+from lotus.analysis import compactverdict, exactstats, overlap
 from lotus.analysis.compact import wait_table
 from lotus.analysis.diagnosis import verdict
 from lotus.analysis.exactstats import Floats, describe, pairwise_sum, percentiles
@@ -162,3 +162,18 @@ def test_without_mmap_the_arrays_stay_in_memory_with_the_same_summaries(tmp_path
         cfg = load_config(run, engine="auto", summary_only=True)
         assert len(cfg.table) > batchtable.ROWS and not spill.is_spilled(cfg.table.raw["prep_dur_ns"])
         assert _summaries(run, m) == whole
+
+
+@pytest.mark.parametrize("kind", ["synth", "gpu", "real"])
+def test_verdict_passes_at_once_same_as_in_turn(kind, tmp_path, monkeypatch):
+    """The verdict's passes over a spilled table in two threads (each dropping the pages it read while the
+    other reads: lotus.analysis.overlap) give the bytes of one thread."""
+    run = _run(kind, tmp_path)
+    monkeypatch.setenv("LOTUS_ENGINE", "scan")
+    _small(monkeypatch)
+    cfg = load_config(run, engine="auto", summary_only=True)
+    got = {}
+    for n in (1, 2):
+        monkeypatch.setattr(overlap, "cpus", lambda n=n: n)
+        got[n] = dumps(verdict(cfg.events, cfg.table, loaders=cfg.loaders))
+    assert got[1] == got[2]

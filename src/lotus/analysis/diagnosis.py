@@ -197,8 +197,9 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
     """The verdict of one run (see the module doc). ``loaders``: DataLoader descriptions, if known;
     ``batches``: a DataFrame or a scanned run's compact table (:mod:`lotus.analysis.compact`)."""
     loaders = loaders or {}
-    spans = loop_spans(batches)
-    ws = wait_stats(batches)
+    pre = _at_once(batches)
+    spans = pre["spans"] if pre else loop_spans(batches)
+    ws = pre["ws"] if pre else wait_stats(batches)
     known = bool(ws["known"]) and not spans.empty and float(spans["span_ns"].sum()) > 0
     loop_ns = float(spans["span_ns"].sum()) if known else None
     wait_ns = float(spans["wait_ns"].sum()) if known else None
@@ -209,11 +210,11 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
             s = float(g["span_ns"].sum())
             per_rank[int(rank)] = {"loop_s": s / 1e9, "wait_s": float(g["wait_ns"].sum()) / 1e9,
                                    "wait_share": float(g["wait_ns"].sum()) / s if s else None}
-    startup_ns = _startup_wait_ns(batches) if known else None
+    startup_ns = (pre["startup"] if pre else _startup_wait_ns(batches)) if known else None
     steady = None
     if known and loop_ns - startup_ns > 0:
         steady = (wait_ns - startup_ns) / (loop_ns - startup_ns)
-    util = worker_utilisation(batches)
+    util = pre["util"] if pre else worker_utilisation(batches)
     workers = {
         "count": len(util),
         "mean_busy_share": float(util["busy_share"].mean()) if len(util) else None,
@@ -242,8 +243,20 @@ def verdict(events, batches, *, loaders: dict | None = None) -> dict:
                      ("num_workers", "prefetch_factor", "persistent_workers", "in_order", "pin_memory",
                       "batch_size", "cpus_available")},
     }
-    out["suggestions"] = suggestions(out, spans, batches)
+    out["suggestions"] = suggestions(out, spans, batches, first_wait_ns=pre.get("first"))
     return out
+
+
+def _at_once(batches) -> dict:
+    """A scanned run's table on 2+ CPUs: the verdict's passes over it at once (:mod:`lotus.analysis.overlap`),
+    the first batches' waits among them (the suggestions may ask); else {} (each computed when needed)."""
+    from lotus.analysis.overlap import at_once, cpus
+
+    if not compact.is_table(batches) or cpus() < 2:
+        return {}
+    return at_once({"ws": lambda: wait_stats(batches), "util": lambda: worker_utilisation(batches),
+                    "first": lambda: compactverdict.first_batch_wait_ns(batches),
+                    "startup": lambda: _startup_wait_ns(batches), "spans": lambda: loop_spans(batches)})
 
 
 def _startup_wait_ns(batches) -> float:
@@ -274,8 +287,15 @@ def _first_batch_wait_ns(batches, spans) -> float:
     return float(first["wait_dur_ns"].sum())
 
 
-def suggestions(v: dict, spans, batches) -> list[dict]:
-    """Concrete changes, most useful first: ``{"id", "text"}``."""
+def suggestions(v: dict, spans, batches, first_wait_ns: float | None = None) -> list[dict]:
+    """Concrete changes, most useful first: ``{"id", "text"}``. ``first_wait_ns``: the first batches' waits of
+    the epochs after the first, if already computed."""
+
+    def restarts_ns() -> float:
+        if first_wait_ns is None or spans.empty:
+            return _first_batch_wait_ns(batches, spans)
+        return first_wait_ns
+
     out: list[dict] = []
     s = v["settings"]
     cls = v["class"]
@@ -303,7 +323,7 @@ def suggestions(v: dict, spans, batches) -> list[dict]:
                     f"batch of each epoch (worker start-up, cold reads); in steady state the loop waits only "
                     f"{v['steady_wait_share']:.1%}: the pipeline keeps up once running, and longer runs amortise "
                     "the start."})
-        restarts = _first_batch_wait_ns(batches, spans)
+        restarts = restarts_ns()
         if restarts > 0 and s.get("persistent_workers") is not True:
             out.append({"id": "persistent_workers", "text": f"persistent_workers=True: restarting workers cost "
                         f"{restarts / 1e9:.3g} s of waiting at the start of later epochs."})
@@ -345,7 +365,7 @@ def suggestions(v: dict, spans, batches) -> list[dict]:
             out.append({"id": "in_order", "text": f"in_order=False: while the loop waited, later batches were often "
                         f"ready already; estimated saving {hol['in_order_false_saving_ms'] / 1e3:.3g} s "
                         f"({hol['in_order_false_saving_share']:.0%} of the wait)."})
-        startup = _first_batch_wait_ns(batches, spans)
+        startup = restarts_ns()
         if wait_ns and startup / wait_ns >= 0.1 and s.get("persistent_workers") is not True:
             out.append({"id": "persistent_workers", "text": f"persistent_workers=True: restarting workers cost "
                         f"{startup / 1e9:.3g} s of waiting at the start of epochs ({startup / wait_ns:.0%} of "
