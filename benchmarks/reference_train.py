@@ -102,7 +102,8 @@ def image_folder(root: Path):
 
 
 def steady(t_ns: list[int], n: list[int], ramp: int, blocks: int = 10) -> dict:
-    """Samples/s after the ramp and a batch-means 95% interval (normal quantile; this script's own)."""
+    """Samples/s after the ramp and a batch-means 95% interval (t quantile over 10 blocks, on the log of the
+    blocks' rates: asymmetric, never below 0; this script's own)."""
     if len(t_ns) < ramp + 2:
         return {"samples_per_s": None, "ci95": None, "batches": max(len(t_ns) - ramp, 0)}
     t, s = t_ns[ramp - 1:], n[ramp:]
@@ -114,10 +115,13 @@ def steady(t_ns: list[int], n: list[int], ramp: int, blocks: int = 10) -> dict:
         for b in range(blocks):
             lo, hi = b * size, (b + 1) * size if b < blocks - 1 else len(s)
             rates.append(sum(s[lo:hi]) / ((t[hi] - t[lo]) / 1e9))
-        mean = sum(rates) / blocks
-        sd = math.sqrt(sum((r - mean) ** 2 for r in rates) / (blocks - 1))
+        # on the log of the blocks' rates: a rate's interval stays above 0 however bursty the blocks (on the
+        # rates themselves a 32-worker ResNet-18 run on 16 CPUs read 1,708 [-417, 3,834] samples/s)
+        logs = [math.log(r) for r in rates]
+        mean = sum(logs) / blocks
+        sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (blocks - 1))
         hw = 2.262 * sd / math.sqrt(blocks)  # t(0.975, 9)
-        ci = [rate - hw, rate + hw]
+        ci = [rate * math.exp(-hw), rate * math.exp(hw)]
     return {"samples_per_s": rate, "ci95": ci, "batches": len(s), "window_s": (t[-1] - t[0]) / 1e9}
 
 
