@@ -105,6 +105,12 @@ class Corpus:
         job = [str(self.a.data) if x == "{data}" else str(self.a.files) if x == "{files}" else x for x in spec[0]]
         return [*JOB, *job, "-j", str(workers), "--seconds", str(seconds or self.a.seconds)]
 
+    @staticmethod
+    def whole_epochs() -> bool:
+        """$LOTUS_TRUTH_EPOCHS=1: the job alone's truth is its rate over whole epochs (reference_train.py
+        --whole-epochs), kept in truth files of their own (``-e`` before ``.json``)."""
+        return os.environ.get("LOTUS_TRUTH_EPOCHS", "") not in ("", "0")
+
     def evict(self, shape: str) -> None:
         """A shape reading files (``--files``): its dataset out of the page cache before every run, lotus's or
         the job's own, so each starts from the same state (pages cached outside a memory cgroup of
@@ -123,7 +129,7 @@ class Corpus:
         the runs; ``wall_s``: one run's mean time, so a sweep's time stays one run a point): on the GPU host probes
         of 8 s spread 6-8% sd (gpu-h200/issue-24/probe-repeats/), and one run of the job alone likely as much."""
         n = max(int(getattr(self.a, "truth_repeats", 1) or 1), 1)
-        f = self.work / "truth" / f"{shape}-c{c}-w{w}.json"
+        f = self.work / "truth" / f"{shape}-c{c}-w{w}{'-e' if self.whole_epochs() else ''}.json"
         if f.exists():
             d = json.loads(f.read_text())
             if len(d.get("runs") or [d]) >= n:
@@ -158,7 +164,8 @@ class Corpus:
         f.parent.mkdir(parents=True, exist_ok=True)
         self.evict(shape)
         t = time.monotonic()
-        r = subprocess.run(["taskset", "-c", self.cpus(c), *self.args(shape, w), "--json", str(f) + ".tmp"],
+        more = ["--whole-epochs"] if self.whole_epochs() else []
+        r = subprocess.run(["taskset", "-c", self.cpus(c), *self.args(shape, w), *more, "--json", str(f) + ".tmp"],
                            check=False, capture_output=True, text=True, timeout=600)
         if r.returncode or not Path(str(f) + ".tmp").exists():
             print(f"truth {shape} c{c} w{w} failed: {r.stderr[-400:]}", file=sys.stderr)
