@@ -117,3 +117,17 @@ def test_an_interval_wider_than_the_target_is_never_silent():
     assert [ended_by(s) for s in ("precision", "steps", "time", None)] == ["precision", "steps cap", "time cap",
                                                                           "job ended"]
     assert ended_by("steps", 7) == "failed"
+
+
+def test_an_epoch_restart_right_after_the_ramp_is_not_start_up():
+    # 32 workers x prefetch 2 = a whole 64-batch epoch in the ramp: the next epoch's first hand-off comes after
+    # its restart (2.8 s), a long run's cost, not a first slow step; without epochs it cannot be told apart
+    gaps = [2800.0] + [80.0] * 63 + [2800.0] + [80.0] * 63
+    t = _handoffs(gaps, ramp=64)
+    ep = np.repeat(np.arange(3), 64)[:len(t)]
+    n = np.full(len(t), 128.0)
+    whole = steady_rate(t, n, ramp=64, workers=32, epochs=ep)
+    assert whole.startup_batches == 0
+    assert whole.samples_per_s == pytest.approx(128 * 128 / ((2 * 2800 + 126 * 80) / 1e3))
+    blind = steady_rate(t, n, ramp=64, workers=32)
+    assert blind.startup_batches == 1 and blind.samples_per_s > whole.samples_per_s

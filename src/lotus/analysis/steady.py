@@ -111,14 +111,19 @@ def ended_by(stopped_by: str | None, exit_code: int | None = 0) -> str:
     return _ENDED.get(stopped_by or "", stopped_by or "job ended")
 
 
-def _startup(t: np.ndarray, k: int) -> int:
-    """Leading batches after the ramp (index k on) whose gap dwarfs the window's median gap."""
+def _startup(t: np.ndarray, k: int, ep: np.ndarray | None = None) -> int:
+    """Leading batches after the ramp (index k on) whose gap dwarfs the window's median gap; not one that
+    starts an epoch (``ep``: each hand-off's epoch): that gap is the epoch's restart, which a long run pays
+    (with 64-batch epochs and 32 workers the ramp is a whole epoch, and the next one's restart, 2.8 s, was
+    left out as start-up: 1,088 samples/s where the run's whole epochs gave 1,000)."""
     gaps = np.diff(t[k - 1:])
     if len(gaps) < 4:
         return 0
     med = float(np.median(gaps))
     s = 0
     while s < min(MAX_STARTUP, len(gaps) - 3) and med > 0 and gaps[s] > STARTUP_FACTOR * med:
+        if ep is not None and ep[k + s] != ep[k + s - 1]:
+            break
         s += 1
     return s
 
@@ -307,6 +312,7 @@ def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=Non
     round_len = max(int(workers), 1)
     k = max(int(ramp), 1)
     parts, skipped_startup, notes = [], 0, []
+    ep_all = None if epochs is None or segments is not None else np.asarray(epochs)
     for t, n in _segment_parts(t_all, n_all, segments):
         kk = k
         if len(t) < k + 2:
@@ -315,7 +321,7 @@ def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=Non
             kk = max(1, len(t) - 2) if len(t) > 2 else 1
             notes.append(f"only {len(t)} batches, fewer than the ramp of {k} and two more: {kk} left out, "
                          "the rate includes prefetched batches (too short to trust)")
-        s = _startup(t, kk)
+        s = _startup(t, kk, ep_all if ep_all is not None and len(ep_all) == len(t) else None)
         skipped_startup += s
         parts.append((t, n, kk + s))
     win_batches = sum(len(t) - st for t, _, st in parts)
@@ -330,7 +336,6 @@ def steady_rate(t_ns, samples=None, *, ramp: int, workers: int = 0, segments=Non
     rate = total_n / total_d
     if win_batches < MIN_ROUNDS * round_len:
         notes.append(f"window of {win_batches} batches is under {MIN_ROUNDS} rounds of {round_len} workers")
-    ep_all = None if epochs is None or segments is not None else np.asarray(epochs)
     with_ep = [(t, n, st, ep_all) for t, n, st in parts]
     spread = _stratified(with_ep, rate, total_d, round_len, round_len)
     if spread is None and ep_all is not None and len(parts) == 1:  # epochs of a batch or two: whole epochs
