@@ -240,7 +240,7 @@ class Corpus:
             if t is None:
                 return None
             rows.append({"workers": p["num_workers"], "lotus": p["samples_per_s"], "truth": t["samples_per_s"],
-                         "truth_ci95": t["ci95"],
+                         "truth_ci95": t["ci95"], "bound": p.get("bound"),
                          "error": p["samples_per_s"] / t["samples_per_s"] - 1 if t["samples_per_s"] else None})
         scored = [r for r in rows if r["error"] is not None]
         if not scored:
@@ -362,6 +362,16 @@ def fmt(v, unit="") -> str:
 UNSETTLED = 0.2  # a truth whose 95% interval is wider than +-20% cannot tell a prediction right or wrong
 
 
+def _bound(p: dict) -> str:
+    """' (<=, holds)' / ' (>=, fails)': a whatif point lotus gave as a bound (time-slicing's cost not fitted:
+    at most / at least), and whether the truth is on its side."""
+    b = p.get("bound")
+    if b not in ("upper", "lower") or p.get("truth") is None:
+        return ""
+    holds = p["truth"] <= p["lotus"] if b == "upper" else p["truth"] >= p["lotus"]
+    return f" ({'<=' if b == 'upper' else '>='}, {'holds' if holds else 'fails'})"
+
+
 def _unsettled(p: dict) -> str:
     """' (truth +-N%: unsettled)' where the job alone's own interval is wider than UNSETTLED."""
     ci, truth = p.get("truth_ci95"), p.get("truth")
@@ -404,7 +414,8 @@ def table(work: Path, hosts: dict[str, Path] | None = None) -> str:
             note.append(f"median |error| {100 * d['median_abs_error']:.1f}%, demand {d['demand']} "
                         f"(truth {d['truth_demand']})")
         if d["command"] == "whatif":
-            note.append(", ".join(f"{p['workers']}w {100 * p['error']:+.1f}%{_unsettled(p)}" if p["error"] is not None
+            note.append(", ".join(f"{p['workers']}w {100 * p['error']:+.1f}%{_bound(p)}{_unsettled(p)}"
+                                  if p["error"] is not None
                                   else f"{p['workers']}w (no truth: the job alone reached no steady state)"
                                   for p in d["detail"]["points"]))
             traced = d["detail"].get("traced") or {}

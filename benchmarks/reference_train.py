@@ -132,10 +132,11 @@ def whole_epochs(t_ns: list[int], n: list[int], ramp: int, ends: list[int]) -> d
     first batches), once. A window of a fixed time instead ends where a long wait straddles its end (the run stops
     at the batch that took it past its seconds): with 64-batch epochs whole-dispatched to 32 workers, its rate read
     794-917 samples/s where whole epochs of the same job gave 1,000 (issue 24, gpu-h200/issue-24/oversub-32/).
-    The 95% interval is over the epochs' own rates (t quantile, on their logs) with 3 or more of them."""
+    The 95% interval is over the epochs' own rates (t quantile, on their logs) with 3 or more of them. A run of
+    no whole epoch after the ramp's keeps the window's rate (no restart inside it)."""
     ends = [e for e in ends if e >= ramp - 1]
-    if len(ends) < 2:
-        return {"samples_per_s": None, "ci95": None, "epochs_counted": 0}
+    if len(ends) < 2:  # no whole epoch after the ramp's (one long epoch): no restart in the window, its rate stays
+        return {"epochs_counted": 0}
     rates = [sum(n[a + 1: b + 1]) / ((t_ns[b] - t_ns[a]) / 1e9) for a, b in itertools.pairwise(ends)]
     total = sum(n[ends[0] + 1: ends[-1] + 1]) / ((t_ns[ends[-1]] - t_ns[ends[0]]) / 1e9)
     ci = None
