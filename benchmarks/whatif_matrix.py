@@ -26,6 +26,9 @@ def main(argv=None) -> int:
     p.add_argument("root", type=Path, help="a directory of w<N>/ traced runs")
     p.add_argument("--cpus", type=float, required=True, help="the CPUs the runs had")
     p.add_argument("--joint", nargs="*", default=[], metavar="N,M", help="worker counts fitted together")
+    p.add_argument("--truth", type=Path, default=None, metavar="DIR",
+                   help="the job alone's clock from DIR/w<N>*.json instead (reference_train.py --json; several "
+                        "files of a count: their mean), e.g. runs with --whole-epochs")
     a = p.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     warnings.filterwarnings("ignore")
@@ -36,6 +39,11 @@ def main(argv=None) -> int:
     runs = {int(m.group(1)): d for d in a.root.iterdir() if (m := re.fullmatch(r"w(\d+)", d.name)) and d.is_dir()}
     counts = sorted(runs)
     truth = {w: json.loads((runs[w] / "own.json").read_text())["samples_per_s"] for w in counts}
+    if a.truth is not None:
+        for w in counts:
+            got = [json.loads(f.read_text())["samples_per_s"] for f in sorted(a.truth.glob(f"w{w}.json"))
+                   + sorted(a.truth.glob(f"w{w}-*.json"))]
+            truth[w] = float(np.mean(got)) if got else truth[w]
     print("truth (the job's own clock, samples/s): " + ", ".join(f"{w}: {truth[w]:,.0f}" for w in counts))
 
     def row(model) -> dict[int, tuple[float, str]]:
