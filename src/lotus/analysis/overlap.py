@@ -11,14 +11,11 @@ so the results are the very values of the serial calls. With one CPU, or a DataF
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
+from lotus._cpus import count as cpus
+
 THREADS = 2  # measured with two on the 2-CPU VM; the passes are five, the longest ~40% of them: more gain little
-
-
-def cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def at_once(calls: dict[str, Callable[[], object]], *, threads: int | None = None) -> dict[str, object]:

@@ -77,11 +77,10 @@ def _describe(loader: TorchDataLoader, name: str | None) -> dict:
     }
 
 
-def _cpus_available() -> int | None:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count()
+def _cpus_available() -> int:
+    from lotus._cpus import count
+
+    return count()
 
 
 class LoaderTrace:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lotus._cpus import count as cpu_count
 from lotus.power.nvml import GpuContext, gpu_doc, open_gpu
 
 __all__ = ["BenchSpec", "GpuContext", "open_gpu", "run_bench", "run_group"]
@@ -59,7 +60,7 @@ def prepare_data(spec: BenchSpec) -> Path:
 
     short = max(spec.image_size + 8, round(spec.image_size * 1.34))
     ds = DatasetSpec(images=spec.images, min_short_px=short, max_short_px=max(short, round(spec.image_size * 2.2)))
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = cpu_count()
     return generate_image_folder(Path(spec.workdir) / f"data-{spec.image_size}px-{spec.images}", ds,
                                  workers=min(8, cpus))
 
@@ -68,7 +69,7 @@ def _workers(spec: BenchSpec, tenants: int) -> int:
     if spec.workers is not None:
         return spec.workers
     if spec.data_mode == "jpeg":
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus = cpu_count()
         return max(1, cpus // tenants - 1)
     return 2 if spec.device == "cuda" else 1
 
@@ -84,7 +85,7 @@ def tenant_command(spec: BenchSpec, data: Path, group: Path, tenants: int, tid: 
     if spec.channels_last:
         cmd.append("--channels-last")
     if spec.device == "cpu":  # torch threads: the CPUs left by the loader workers, shared by the tenants
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus = cpu_count()
         cmd += ["--threads", str(max(1, (cpus - tenants * _workers(spec, tenants)) // tenants))]
     return cmd
 

@@ -159,7 +159,9 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
     from lotus.model import load_run
 
     t0 = time.monotonic()
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    from lotus._cpus import allowed as allowed_cpus
+
+    allowed = allowed_cpus()
     grid = mx.check_grids(cpus_grid, cache_grid_gb, len(allowed))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from lotus._cpus import count as cores
 from lotus.errors import LotusError
 from lotus.query.handoff import handoff_dir, receive, send
 from lotus.query.scanfiles import ScanContext, ScanPart, scan_files
@@ -32,11 +33,6 @@ from lotus.query.scanplan import PART_BYTES, TASKS_PER_JOB, _size, plan, scan_ta
 
 _log = logging.getLogger("lotus.trace")
 PARALLEL_MIN_BYTES = 64 << 20  # smaller runs: one process (starting others costs more than it saves)
-
-
-def cores() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 _OVERRIDE: dict = {}  # what settings() set (the CLI's --jobs and --cluster), before the environment

@@ -116,9 +116,9 @@ def find_trainer(explicit: str | os.PathLike | None = None) -> Path | None:
 def cpu_pool(cpus: list[int] | None = None) -> list[int]:
     if cpus:
         return sorted(set(cpus))
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
+    from lotus._cpus import allowed
+
+    return allowed()
 
 
 def _fail(app: AppSpec, column: str, msg: str) -> AppsError:

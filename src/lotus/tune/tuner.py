@@ -22,17 +22,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from lotus._cpus import allowed as allowed_cpus
 from lotus.tune.core import TuneOptions, run_tuning
 from lotus.tune.types import LoaderSettings, Measurement, TuneResult
 
 _log = logging.getLogger("lotus.tune")
 TAIL_CHARS = 2000
-
-
-def allowed_cpus() -> list[int]:
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
 
 
 WAVES = 2  # the measured window spans at least this many rounds of all workers
