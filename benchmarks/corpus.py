@@ -362,14 +362,21 @@ def fmt(v, unit="") -> str:
 UNSETTLED = 0.2  # a truth whose 95% interval is wider than +-20% cannot tell a prediction right or wrong
 
 
+def bound_holds(p: dict, truth: float | None = None) -> bool | None:
+    """Whether the truth (``truth``, else ``p["truth"]``) is on the side of a whatif point lotus gave as a bound
+    (time-slicing's cost not fitted: "upper" at most, "lower" at least); None: not a bound, or no truth."""
+    b, t = p.get("bound"), p.get("truth") if truth is None else truth
+    if b not in ("upper", "lower") or t is None:
+        return None
+    return t <= p["lotus"] if b == "upper" else t >= p["lotus"]
+
+
 def _bound(p: dict) -> str:
-    """' (<=, holds)' / ' (>=, fails)': a whatif point lotus gave as a bound (time-slicing's cost not fitted:
-    at most / at least), and whether the truth is on its side."""
-    b = p.get("bound")
-    if b not in ("upper", "lower") or p.get("truth") is None:
+    """' (<=, holds)' / ' (>=, fails)' of a bound (:func:`bound_holds`)."""
+    holds = bound_holds(p)
+    if holds is None:
         return ""
-    holds = p["truth"] <= p["lotus"] if b == "upper" else p["truth"] >= p["lotus"]
-    return f" ({'<=' if b == 'upper' else '>='}, {'holds' if holds else 'fails'})"
+    return f" ({'<=' if p['bound'] == 'upper' else '>='}, {'holds' if holds else 'fails'})"
 
 
 def _unsettled(p: dict) -> str:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import SHAPES, Corpus
+from corpus import SHAPES, Corpus, bound_holds
 
 
 def cross(c: Corpus, shape: str, traced: list[int], workers: list[int]) -> dict:
@@ -116,12 +116,12 @@ def _mark(p: dict) -> str:
 def bounds_held(points: list[dict], truths: dict) -> tuple[int, int, int]:
     """(bounds the truth kept, kept within the truth's own 95% interval, bounds with a truth): an upper bound
     holds where the truth is at most it. ``truths``: (shape, workers) -> the truth's record."""
-    b = [p for p in points if p.get("bound") and p.get("truth")]
-    ok = sum((p["truth"] <= p["lotus"]) if p["bound"] == "upper" else (p["truth"] >= p["lotus"]) for p in b)
+    b = [p for p in points if bound_holds(p) is not None]
+    ok = sum(bound_holds(p) for p in b)
     near = 0
-    for p in b:
+    for p in b:  # the truth's interval end nearest the bound on its side
         ci = (truths.get((p["shape"], p["to"])) or {}).get("ci95") or [p["truth"], p["truth"]]
-        near += (ci[0] <= p["lotus"]) if p["bound"] == "upper" else (ci[1] >= p["lotus"])
+        near += bound_holds(p, ci[0] if p["bound"] == "upper" else ci[1])
     return ok, near, len(b)
 
 
