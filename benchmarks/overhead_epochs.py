@@ -1,17 +1,20 @@
 """Tracing's end-to-end cost where workers are forked every epoch: lotus's DataLoader (tracing on) against
-torch's own, epoch by epoch, alternating which goes first, in one process.
+torch's own, epoch by epoch, in one process, with torch against itself beside it (the control: what the same
+code reads).
 
 Short epochs of fresh (not persistent) workers pay each worker's start and end every epoch: the tracer's set-up
 in every worker (its trace file, its writer thread, the dataset's instrumentation) is then a share of each epoch,
 not of the run. The samples spin ``--sample-ms`` of CPU (a tokenizer-like Python cost), the loop a ``--step-ms``
-busy step; the median over epochs of the ratio of the pair's wall times (lotus / torch).
+busy step; the three loaders run in a random order each epoch; the median over epochs of the ratio of the epochs'
+wall times (lotus / torch), with a bootstrap 95% interval.
 
-    taskset -c 0,1 python benchmarks/overhead_epochs.py --workers 2,8,16 --epochs 30
+    taskset -c 0,1 python benchmarks/overhead_epochs.py --workers 2,8,16 --epochs 40
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import tempfile
 import time
@@ -21,6 +24,12 @@ def _spin(ms: float) -> None:
     end = time.perf_counter_ns() + int(ms * 1e6)
     while time.perf_counter_ns() < end:
         pass
+
+
+def _median_ci(x: list[float], rng, n: int = 2000) -> tuple[float, float]:
+    """A bootstrap 95% interval of the median of ``x``."""
+    meds = sorted(statistics.median(rng.choices(x, k=len(x))) for _ in range(n))
+    return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
 
 
 def main(argv=None) -> int:
@@ -49,25 +58,31 @@ def main(argv=None) -> int:
             _spin(a.sample_ms)
             return torch.zeros(3, 32, 32), i
 
+    rng = random.Random(0)
     print(f"{a.samples // a.batch_size}-batch epochs, {a.sample_ms:g} ms samples, {a.step_ms:g} ms step; "
-          "median over epochs of lotus (tracing) / torch, each epoch's pair in alternating order")
+          "median over epochs of lotus (tracing) / torch, the loaders in a random order each epoch")
     for w in (int(x) for x in a.workers.split(",")):
-        traced = DataLoader(Spin(), batch_size=a.batch_size, num_workers=w, shuffle=True,
-                            trace_dir=tempfile.mkdtemp(prefix="lotus-ovh-"))
-        stock = TorchLoader(Spin(), batch_size=a.batch_size, num_workers=w, shuffle=True)
-        t = {"lotus": [], "torch": []}
-        for e in range(a.epochs):
-            for name, dl in ((("lotus", traced), ("torch", stock)) if e % 2 == 0 else
-                             (("torch", stock), ("lotus", traced))):
+        loaders = {"lotus": DataLoader(Spin(), batch_size=a.batch_size, num_workers=w, shuffle=True,
+                                       trace_dir=tempfile.mkdtemp(prefix="lotus-ovh-")),
+                   "torch": TorchLoader(Spin(), batch_size=a.batch_size, num_workers=w, shuffle=True),
+                   "torch2": TorchLoader(Spin(), batch_size=a.batch_size, num_workers=w, shuffle=True)}
+        t = {k: [] for k in loaders}
+        for _ in range(a.epochs):
+            order = list(loaders)
+            rng.shuffle(order)  # each epoch's three in a random order
+            for name in order:
                 t0 = time.perf_counter()
-                for _ in dl:
+                for _ in loaders[name]:
                     _spin(a.step_ms)
                 t[name].append(time.perf_counter() - t0)
         r = [x / y for x, y in zip(t["lotus"], t["torch"], strict=True)]
-        q = statistics.quantiles(r, n=4)
+        c = [x / y for x, y in zip(t["torch2"], t["torch"], strict=True)]
+        lo, hi = _median_ci(r, rng)
+        clo, chi = _median_ci(c, rng)
         print(f"  {w:3d} workers: lotus {1e3 * statistics.median(t['lotus']):7.1f} ms, torch "
               f"{1e3 * statistics.median(t['torch']):7.1f} ms an epoch; ratio {statistics.median(r):.3f} "
-              f"(quartiles {q[0]:.3f}-{q[2]:.3f})", flush=True)
+              f"(95% {lo:.3f}-{hi:.3f}); control torch/torch {statistics.median(c):.3f} ({clo:.3f}-{chi:.3f})",
+              flush=True)
     return 0
 
 

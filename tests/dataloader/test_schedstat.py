@@ -86,22 +86,27 @@ def test_a_traced_run_records_each_fetch_and_the_main_process(tmp_path):
 @pytest.mark.parametrize("pin", [False, True])
 def test_without_workers_the_loop_threads_fetches_are_measured(tmp_path, pin):
     """Format 6: the batches the loop's thread prepares itself carry their runq record too (its run-queue
-    delay: a num_workers=0 job's own intra-op threads took the CPU from it 4x over on a 2-CPU machine); no
-    main_cpu records (the loop's thread is the whole of it). The plain fast path and the pinned path."""
+    delay: a num_workers=0 job's own intra-op threads took the CPU from it 4x over on a 2-CPU machine), one
+    fetch in METER_EVERY (the first, then every METER_EVERY-th: each costs three procfs reads); no main_cpu
+    records (the loop's thread is the whole of it). The plain fast path and the pinned path."""
     from lotus.dataloader import DataLoader
+    from lotus.dataloader.schedstat import METER_EVERY
     from lotus.query import load_batches
     from lotus.trace import load_events
     from tests.dataloader.datasets import SpinDS
 
-    for _ in DataLoader(SpinDS(32, ms=1.0), batch_size=4, trace_dir=tmp_path, pin_memory=pin):
+    n = 4 * METER_EVERY  # batches
+    for _ in DataLoader(SpinDS(4 * n, ms=1.0), batch_size=4, trace_dir=tmp_path, pin_memory=pin):
         pass
     ev = load_events(tmp_path)
     assert not (ev["name"] == "main_cpu").any()
     r = ev[ev["name"] == "runq"]
-    assert len(r) == 8 and (r["worker_id"] == -1).all()
-    b = load_batches(tmp_path)
-    cpu, prep = b["prep_cpu_ns"].to_numpy(np.int64), b["prep_dur_ns"].to_numpy(np.int64)
-    assert b["runq_ns"].notna().all() and (cpu >= 3.5e6).all()
+    assert len(r) == 4 and (r["worker_id"] == -1).all()
+    b = load_batches(tmp_path).sort_values("batch_id")
+    have = b["runq_ns"].notna().to_numpy()
+    assert (np.flatnonzero(have) == np.arange(0, n, METER_EVERY)).all()
+    cpu, prep = b["prep_cpu_ns"].to_numpy()[have].astype(np.int64), b["prep_dur_ns"].to_numpy()[have].astype(np.int64)
+    assert (cpu >= 3.5e6).all()
     # measured from the fetch's start to the batch's return (its collation's end + torch's bookkeeping; the
     # epoch's first batch a few ms more)
     assert (cpu[1:] <= prep[1:] + 1e6).all() and cpu[0] <= prep[0] + 5e6

@@ -126,3 +126,28 @@ def test_the_probe_stays_within_the_room_of_dev_shm(monkeypatch):
     assert shmprobe.measure(77 << 20, repeats=1).nbytes == 2 << 20
     monkeypatch.setattr(shmprobe, "_shm_room", lambda: 0)
     assert shmprobe.measure(77 << 20, repeats=1) is None
+
+
+def test_loop_runq_of_unmeasured_fetches_at_the_measured_share():
+    """The loop thread measures one fetch in METER_EVERY: the others' run-queue delay is taken at the measured
+    fetches' delay per ns of fetch (not 0: a num_workers=0 trace would keep most of it in its batches)."""
+    import pandas as pd
+
+    from lotus.model.observation import _loop_runq
+
+    class Src:
+        def __init__(self, df):
+            self.df = df
+
+        def has(self, name):
+            return name in self.df
+
+        def cols(self, names):
+            return self.df[names]
+
+    df = pd.DataFrame({"runq_ns": pd.array([100, None, None, 300, None], dtype="Int64"),
+                       "prep_dur_ns": pd.array([1000, 2000, 500, 1000, 1000], dtype="Int64")})
+    got = _loop_runq(Src(df), np.ones(5, bool))
+    assert got.tolist() == [100.0, 400.0, 100.0, 300.0, 200.0]  # 400 ns of delay in 2,000 ns measured: 0.2
+    none = pd.DataFrame({"runq_ns": pd.array([None] * 3, dtype="Int64"), "prep_dur_ns": [1, 2, 3]})
+    assert _loop_runq(Src(none), np.ones(3, bool)) is None

@@ -196,13 +196,18 @@ def observe(run: RunTrace) -> Observation:
 
 def _loop_runq(src, have) -> np.ndarray | None:
     """Per batch of a num_workers=0 run, the run-queue delay its loop thread met while preparing it (ns: the
-    ``runq`` records of format >= 6; 0 where a batch has none); None where no batch has it."""
+    ``runq`` records of format >= 6); a batch without one (the loop measures one fetch in
+    lotus.dataloader.schedstat.METER_EVERY) at the measured batches' delay per ns of fetch; None where no batch
+    has it."""
     if not src.has("runq_ns"):
         return None
-    r = _f64(src.cols(["runq_ns"])["runq_ns"])
-    if not np.isfinite(r[have]).any():
+    c = src.cols(["runq_ns", "prep_dur_ns"])
+    r, prep = _f64(c["runq_ns"]), _f64(c["prep_dur_ns"])
+    measured = np.isfinite(r) & (r >= 0) & np.isfinite(prep)
+    if not measured[have].any():
         return None
-    return _take(np.where(np.isfinite(r) & (r > 0), r, 0.0), have)
+    share = float(r[measured & have].sum()) / max(float(prep[measured & have].sum()), 1.0)
+    return _take(np.where(measured, r, np.where(np.isfinite(prep), share * prep, 0.0)), have)
 
 
 def _sums_of(d) -> list:
