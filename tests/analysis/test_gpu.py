@@ -167,12 +167,19 @@ class _FakeCuda:
 
 class _Sink:
     on = True
+    epoch = 0
 
     def __init__(self):
         self.rows = []
+        self.epochs = []  # the epoch each row was recorded in
 
     def record(self, *row):
         self.rows.append(row)
+        self.epochs.append(self.epoch)
+
+    def record_in(self, epoch, *row):
+        self.rows.append(row)
+        self.epochs.append(epoch)
 
     def on_cuda_ready(self):
         pass
@@ -209,6 +216,29 @@ def test_cuda_probe_never_blocks_and_resolves_in_order():
     probe.finish()
     probe.close()  # blocks only here, at exit
     assert (S.EV_GPU_STEP, 2) in [(r[0], r[3]) for r in sink.rows]
+
+
+def test_events_resolved_after_the_next_epoch_began_keep_their_epoch():
+    """CUDA events resolve lazily: an epoch's last steps often complete after the next epoch started. They
+    are recorded in the epoch of their batch (recorded in the new one, they were a duplicate of its batch of
+    the same number: `lotus analyze` warned and dropped one; seen on an H200 DDP run)."""
+    from lotus.dataloader.gpu import CudaProbe
+
+    sink = _Sink()
+    probe = _polling(CudaProbe(sink))
+    probe._cuda = _FakeCuda
+    _batches(probe, range(3))
+    probe.request()  # the loop asks once more: the epoch ends (StopIteration)
+    probe.finish()  # nothing completed yet on the "GPU"
+    sink.epoch = 1  # the next epoch begins (LoaderTrace.epoch += 1 in DataLoader.__iter__)
+    _batches(probe, range(2))
+    for ev in [x for rec in probe._pending for x in rec[2:4]]:
+        ev.done = True
+    probe.request()
+    got = sorted(zip(sink.epochs, [(r[0], r[3]) for r in sink.rows]))
+    assert got == sorted([(0, (S.EV_GPU_WAIT, b)) for b in range(3)] + [(0, (S.EV_GPU_STEP, b)) for b in range(3)]
+                         + [(1, (S.EV_GPU_WAIT, b)) for b in range(2)] + [(1, (S.EV_GPU_STEP, 0))])
+    assert len(set(got)) == len(got)  # no (epoch, kind, batch) twice
 
 
 def test_probe_makes_the_stream_object_again_only_when_the_current_stream_changes():

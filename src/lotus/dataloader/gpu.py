@@ -74,9 +74,11 @@ class CudaProbe:
         self._stream_key = compat.cuda_stream_key  # None: ask torch.cuda.current_stream() every time
         self._stream_seen = None  # (key, Stream) of the current stream when last asked
         self._pool: list = []
-        self._pending: deque = deque()  # (event id, batch, start event, end event, host start ns)
+        # (event id, batch, start event, end event, host start ns, epoch): the epoch of the batch, taken when
+        # the event is queued; an event resolves later, often after the next epoch began (lt.epoch moved on)
+        self._pending: deque = deque()
         self._req = None  # (event, host ns) of the request in flight
-        self._last_got = None  # (batch, event, host ns) of the batch the loop holds
+        self._last_got = None  # (batch, event, host ns, epoch) of the batch the loop holds
         self.active = False  # CUDA is initialised: events are recorded
         self._announced = False  # the loader was told (LoaderTrace.on_cuda_ready: telemetry)
         self.enabled = True  # lotus.step() turns the automatic probe off
@@ -137,7 +139,7 @@ class CudaProbe:
         ev = self._event()
         last = self._last_got
         if last is not None:
-            self._pending.append((S.EV_GPU_STEP, last[0], last[1], ev, last[2]))
+            self._pending.append((S.EV_GPU_STEP, last[0], last[1], ev, last[2], last[3]))
             self._last_got = None
         self._req = (ev, t)
         self.resolve()
@@ -148,8 +150,10 @@ class CudaProbe:
             return
         self._req = None
         ev = self._event()
-        self._pending.append((S.EV_GPU_WAIT, batch, req[0], ev, req[1]))
-        self._last_got = (batch, ev, mono())
+        lt = self._lt()
+        epoch = lt.epoch if lt is not None else -1
+        self._pending.append((S.EV_GPU_WAIT, batch, req[0], ev, req[1], epoch))
+        self._last_got = (batch, ev, mono(), epoch)
         if len(self._pending) > _MAX_PENDING:  # the GPU is far behind: drop the oldest, stay bounded
             self._pending.popleft()
 
@@ -162,9 +166,9 @@ class CudaProbe:
     def resolve(self, block: bool = False) -> None:
         pending = self._pending
         lt = self._lt()
-        record = lt.record if lt is not None else _dead
+        record = lt.record_in if lt is not None else _dead
         while pending:
-            nid, batch, a, b, host = pending[0]
+            nid, batch, a, b, host, epoch = pending[0]
             if block:
                 b.synchronize()
             elif not b.query():
@@ -172,7 +176,7 @@ class CudaProbe:
             pending.popleft()
             try:
                 ns = int(a.elapsed_time(b) * 1e6)
-                record(nid, host, ns, batch, S.NO_ID, 1)
+                record(epoch, nid, host, ns, batch, S.NO_ID, 1)
             except Exception as exc:  # e.g. an event never recorded on this device
                 warn_once("cuda-event", f"lotus: a CUDA event could not be timed ({exc!r})")
             if b is not a and len(self._pool) < 64:
@@ -227,7 +231,7 @@ class UserSteps:
             prev = self._prev_end
             lt = self._lt()
             if prev is not None and lt is not None:
-                probe._pending.append((S.EV_GPU_WAIT, lt.last_batch, prev[0], self._ev0, prev[1]))
+                probe._pending.append((S.EV_GPU_WAIT, lt.last_batch, prev[0], self._ev0, prev[1], lt.epoch))
 
     def end(self) -> None:
         t1 = mono()
@@ -239,7 +243,7 @@ class UserSteps:
             probe = self.probe
             if probe is not None and self._ev0 is not None:
                 ev1 = probe._event()
-                probe._pending.append((S.EV_GPU_STEP, lt.last_batch, self._ev0, ev1, self._t0))
+                probe._pending.append((S.EV_GPU_STEP, lt.last_batch, self._ev0, ev1, self._t0, lt.epoch))
                 self._prev_end = (ev1, t1)
                 probe.resolve()
         except Exception as exc:

@@ -125,6 +125,12 @@ class LoaderTrace:
         w = self.w
         w.buf += w.pack(name_id, self.loader_id, self.epoch, start_ns, dur_ns, batch, sample, arg)
 
+    def record_in(self, epoch: int, name_id: int, start_ns: int, dur_ns: int, batch: int, sample: int,
+                  arg: int) -> None:
+        """An event of an earlier epoch than the current one (CUDA events resolve late: lotus.dataloader.gpu)."""
+        w = self.w
+        w.buf += w.pack(name_id, self.loader_id, epoch, start_ns, dur_ns, batch, sample, arg)
+
     def record_workers_set(self, n: int) -> None:
         """num_workers='auto' chose ``n`` workers for the epoch about to start."""
         if self.on:
