@@ -6,7 +6,9 @@ Short epochs of fresh (not persistent) workers pay each worker's start and end e
 in every worker (its trace file, its writer thread, the dataset's instrumentation) is then a share of each epoch,
 not of the run. The samples spin ``--sample-ms`` of CPU (a tokenizer-like Python cost), the loop a ``--step-ms``
 busy step; the three loaders run in a random order each epoch; the median over epochs of the ratio of the epochs'
-wall times (lotus / torch), with a bootstrap 95% interval.
+wall times (lotus / torch), with a bootstrap 95% interval; then where the difference goes, phase by phase
+(``iter()``: forking the workers; to the first batch: the workers' start and first batch; the batches; the end:
+the last step and the workers' shutdown), each the median over epochs of lotus's time minus torch's.
 
     taskset -c 0,1 python benchmarks/overhead_epochs.py --workers 2,8,16 --epochs 40
 """
@@ -67,14 +69,22 @@ def main(argv=None) -> int:
                    "torch": TorchLoader(Spin(), batch_size=a.batch_size, num_workers=w, shuffle=True),
                    "torch2": TorchLoader(Spin(), batch_size=a.batch_size, num_workers=w, shuffle=True)}
         t = {k: [] for k in loaders}
+        phases = {k: [] for k in loaders}  # per epoch: iter(), to the first batch, the batches, the end
         for _ in range(a.epochs):
             order = list(loaders)
             rng.shuffle(order)  # each epoch's three in a random order
             for name in order:
                 t0 = time.perf_counter()
-                for _ in loaders[name]:
+                it = iter(loaders[name])
+                t1 = first = last = time.perf_counter()
+                for n, _ in enumerate(it):
+                    last = time.perf_counter()
+                    if not n:
+                        first = last
                     _spin(a.step_ms)
-                t[name].append(time.perf_counter() - t0)
+                t_end = time.perf_counter()
+                t[name].append(t_end - t0)
+                phases[name].append((t1 - t0, first - t1, last - first, t_end - last))
         r = [x / y for x, y in zip(t["lotus"], t["torch"], strict=True)]
         c = [x / y for x, y in zip(t["torch2"], t["torch"], strict=True)]
         lo, hi = _median_ci(r, rng)
@@ -83,6 +93,15 @@ def main(argv=None) -> int:
               f"{1e3 * statistics.median(t['torch']):7.1f} ms an epoch; ratio {statistics.median(r):.3f} "
               f"(95% {lo:.3f}-{hi:.3f}); control torch/torch {statistics.median(c):.3f} ({clo:.3f}-{chi:.3f})",
               flush=True)
+        # where the difference goes: each phase's median over epochs of lotus - torch (torch2 - torch beside)
+        cells = []
+        for i, ph in enumerate(("iter()", "to the first batch", "the batches", "the end (step, shutdown)")):
+            d = [x[i] - y[i] for x, y in zip(phases["lotus"], phases["torch"], strict=True)]
+            dc = [x[i] - y[i] for x, y in zip(phases["torch2"], phases["torch"], strict=True)]
+            lo, hi = _median_ci(d, rng)
+            cells.append(f"{ph} {1e3 * statistics.median(d):+.1f} ms ({1e3 * lo:+.1f}..{1e3 * hi:+.1f}; "
+                         f"control {1e3 * statistics.median(dc):+.1f})")
+        print("       lotus - torch: " + ", ".join(cells), flush=True)
     return 0
 
 

@@ -235,7 +235,7 @@ def test_events_resolved_after_the_next_epoch_began_keep_their_epoch():
     for ev in [x for rec in probe._pending for x in rec[2:4]]:
         ev.done = True
     probe.request()
-    got = sorted(zip(sink.epochs, [(r[0], r[3]) for r in sink.rows]))
+    got = sorted(zip(sink.epochs, [(r[0], r[3]) for r in sink.rows], strict=True))
     assert got == sorted([(0, (S.EV_GPU_WAIT, b)) for b in range(3)] + [(0, (S.EV_GPU_STEP, b)) for b in range(3)]
                          + [(1, (S.EV_GPU_WAIT, b)) for b in range(2)] + [(1, (S.EV_GPU_STEP, 0))])
     assert len(set(got)) == len(got)  # no (epoch, kind, batch) twice
