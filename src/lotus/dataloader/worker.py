@@ -186,6 +186,20 @@ def worker_entry(cfg: WorkerTraceConfig, target, *args, **kwargs):
                 pass
 
 
+def _prepare(args: tuple) -> None:
+    """In the main process, before a worker forks: what its set-up can inherit instead of making (the dataset's
+    traced class: lotus.dataloader.instrument.prepare_in_parent). Never raises: the worker makes it otherwise."""
+    try:
+        from lotus.dataloader import _torch_compat as compat
+        from lotus.dataloader.instrument import prepare_in_parent
+
+        dataset = compat.dataset_from_worker_args(args)
+        if dataset is not None:
+            prepare_in_parent(dataset, compat.is_iterable_kind(compat.worker_arg(args, "dataset_kind")))
+    except Exception:
+        pass
+
+
 class TracingContext(mp_context.BaseContext):
     """A multiprocessing context that starts DataLoader workers through :func:`worker_entry`.
 
@@ -213,6 +227,7 @@ class TracingContext(mp_context.BaseContext):
                 cfg = None
                 warn_once("context", f"lotus: workers run untraced ({exc!r})")
             if cfg is not None:
+                _prepare(kwargs.get("args", ()))
                 kwargs["args"] = (cfg, target, *kwargs.get("args", ()))
                 kwargs["target"] = worker_entry
         return self._inner.Process(*args, **kwargs)
