@@ -24,8 +24,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lotus._cpus import allowed as allowed_cpus
 from lotus.errors import LotusError
 from lotus.launch.options import RUN_FILE, STEPS_MARKER, LaunchOptions, default_trace_dir, format_cpus, job_env
+from lotus.trace.header import boot_id
 
 _log = logging.getLogger("lotus.launch")
 _POLL_S = 0.2
@@ -109,17 +111,12 @@ def resolve_command(command: list[str]) -> list[str]:
 def check_cpus(cpus: list[int] | None) -> None:
     if not cpus:
         return
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-    bad = sorted(set(cpus) - allowed)
+    allowed = allowed_cpus()
+    bad = sorted(set(cpus) - set(allowed))
     if bad:
         raise LaunchError(f"CPU(s) {format_cpus(bad)} not available to this process (allowed: {format_cpus(allowed)})")
 
 
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return socket.gethostname()
 
 
 def _write_run_file(trace_dir: Path, doc: dict) -> None:
@@ -261,7 +258,7 @@ def launch(command: list[str], options: LaunchOptions | None = None) -> Probe:
         stdout_path, stderr_path = trace_dir / "stdout.log", trace_dir / "stderr.log"
         out, err = open(stdout_path, "wb"), open(stderr_path, "wb")  # noqa: SIM115 - closed below
     run_doc = {"version": 1, "command": command, "pid": None, "hostname": socket.gethostname(),
-               "boot_id": _boot_id(), "start_wall_ns": time.time_ns(), "end_wall_ns": None, "exit_code": None,
+               "boot_id": boot_id(), "start_wall_ns": time.time_ns(), "end_wall_ns": None, "exit_code": None,
                "steps": options.steps, "precision": options.precision, "max_seconds": options.max_seconds,
                "below": options.below, "workers": options.workers,
                "cpus": format_cpus(options.cpus) if options.cpus else None, "cwd": str(options.cwd or os.getcwd())}

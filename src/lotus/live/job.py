@@ -36,10 +36,9 @@ GROW_S = 5.0
 
 def local_boot_id() -> str:
     """This host's boot id (the clock domain of ``time.monotonic_ns``), as the trace writer records it."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return socket.gethostname()
+    from lotus.trace.header import boot_id
+
+    return boot_id()
 
 
 def process_start_wall_ns(pid: int) -> int | None:

@@ -21,18 +21,15 @@ from __future__ import annotations
 import _thread
 import atexit
 import json
-import math
 import os
-import socket
-import sys
 import threading
 import time
 import weakref
 from pathlib import Path
 
-from lotus import __version__
 from lotus._warn import warn_once
 from lotus.trace import schema as S
+from lotus.trace.header import header_json
 
 _FLUSH_BYTES = 256 * 1024
 _FLUSH_INTERVAL_NS = 1_000_000_000
@@ -45,65 +42,6 @@ def _env_number(name: str) -> float | None:
     except ValueError:
         return None
     return v if v > 0 else None
-
-
-_BOOT_ID: str | None = None  # read once per host boot; a forked worker inherits it
-
-
-def _boot_id() -> str:
-    global _BOOT_ID
-    if _BOOT_ID is None:
-        try:
-            with open("/proc/sys/kernel/random/boot_id") as f:
-                _BOOT_ID = f.read().strip()
-        except OSError:
-            _BOOT_ID = socket.gethostname()
-    return _BOOT_ID
-
-
-# A forked DataLoader worker writes its header before its first batch: what every header of this process holds
-# is encoded once (in the parent, before the fork) and the rest formatted without json, whose first use in a
-# new process faults in ~60-90 copy-on-write pages (~0.3-0.4 ms of CPU a worker on a VM; tests check the bytes
-# against json.dumps of the whole header).
-_HEAD_CACHE: dict = {}
-_HEAD_KEYS = ("format", "version", "role", "pid", "rank", "world_size", "worker_id", "hostname", "boot_id",
-              "anchor_wall_ns", "anchor_mono_ns", "clock", "lotus_version", "torch_version", "argv",
-              "builtin_events")
-
-
-def _json(obj) -> str:
-    return json.dumps(obj, separators=(",", ":"))
-
-
-def _scalar(v) -> str | None:
-    """``v`` as json.dumps writes it, for the plain values of a header's extra fields; None: not one of them."""
-    t = type(v)
-    if t is int:
-        return str(v)
-    if v is None:
-        return "null"
-    if t is bool:
-        return "true" if v else "false"
-    if t is float:
-        return repr(v) if math.isfinite(v) else None
-    if t is str and v.isascii() and v.isprintable() and '"' not in v and "\\" not in v:
-        return f'"{v}"'
-    return None
-
-
-def _fixed_parts() -> tuple[str, str, str]:
-    """The header's parts that are the same for every writer of this process (cached; see _HEAD_CACHE)."""
-    torch_version = getattr(sys.modules.get("torch"), "__version__", None)
-    key = (torch_version, tuple(sys.argv[:16]))
-    got = _HEAD_CACHE.get(key)
-    if got is None:
-        _HEAD_CACHE.clear()
-        got = _HEAD_CACHE[key] = (
-            f'"format":"lotus-trace","version":{S.FORMAT_VERSION},"role":',
-            f',"hostname":{_json(socket.gethostname())},"boot_id":{_json(_boot_id())},"anchor_wall_ns":',
-            f',"clock":"monotonic","lotus_version":{_json(__version__)},"torch_version":{_json(torch_version)},'
-            f'"argv":{_json(list(sys.argv[:16]))},"builtin_events":{_json({e.id: e.name for e in S.BUILTIN_EVENTS})}')
-    return got
 
 
 def trace_file_name(role: str, rank: int, pid: int, worker_id: int = S.NO_ID) -> str:
@@ -156,6 +94,10 @@ class TraceWriter:
         # batches in bulk): called before every flush, from the flusher thread too
         self.drains: list = []
         try:
+            if self.rotate_bytes or self.rotate_ns:
+                extra = {**(extra or {}), "part": 0}
+            self._header_extra = {"world_size": world_size, "extra": extra}
+            head = self._preamble(world_size, extra)  # before the file: a header that cannot be made makes none
             d = os.fspath(trace_dir)
             if not os.path.isdir(d):
                 os.makedirs(d, exist_ok=True)
@@ -171,10 +113,7 @@ class TraceWriter:
                                         + f"-{n}{S.FILE_SUFFIX}")
             self._path = path
             self._base_path = path
-            if self.rotate_bytes or self.rotate_ns:
-                extra = {**(extra or {}), "part": 0}
-            self._header_extra = {"world_size": world_size, "extra": extra}
-            self._part_bytes = self._file.write(self._preamble(world_size, extra))
+            self._part_bytes = self._file.write(head)
         except Exception as exc:
             self._fail(f"cannot create a trace file in {os.fspath(trace_dir)!r}: {exc}")
         if self.ok:
@@ -193,54 +132,9 @@ class TraceWriter:
         if anchor is not None:  # a later part keeps the first part's anchor: one clock per process
             wall, mono = anchor
         self._anchor = (wall, mono)
-        fast = self._fast_header(world_size, extra, wall, mono)
-        if fast is not None:
-            raw = fast.encode()
-            raw += b" " * (-len(raw) % 8)
-            return S.PREAMBLE.pack(S.MAGIC, len(raw), S.RECORD_SIZE) + raw
-        header = {
-            "format": "lotus-trace",
-            "version": S.FORMAT_VERSION,
-            "role": self.role,
-            "pid": self.pid,
-            "rank": self.rank,
-            "world_size": world_size,
-            "worker_id": self.worker_id,
-            "hostname": socket.gethostname(),
-            "boot_id": _boot_id(),
-            "anchor_wall_ns": wall,
-            "anchor_mono_ns": mono,
-            "clock": "monotonic",
-            "lotus_version": __version__,
-            "torch_version": getattr(sys.modules.get("torch"), "__version__", None),
-            "argv": list(sys.argv[:16]),
-            "builtin_events": {e.id: e.name for e in S.BUILTIN_EVENTS},
-        }
-        if extra:
-            header.update(extra)
-        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw = header_json(self.role, self.pid, self.rank, world_size, self.worker_id, wall, mono, extra).encode()
         raw += b" " * (-len(raw) % 8)
         return S.PREAMBLE.pack(S.MAGIC, len(raw), S.RECORD_SIZE) + raw
-
-    def _fast_header(self, world_size: int, extra: dict | None, wall: int, mono: int) -> str | None:
-        """The header's JSON as json.dumps writes it, from the process's cached parts (_HEAD_CACHE); None when
-        a field is not a plain value (then json.dumps writes it)."""
-        try:
-            a, b, c = _fixed_parts()
-            role = _scalar(self.role)
-            if role is None or type(self.pid) is not int or type(self.rank) is not int \
-                    or type(world_size) is not int or type(self.worker_id) is not int:
-                return None
-            tail = ""
-            for k, v in (extra or {}).items():
-                sv = _scalar(v)
-                if sv is None or type(k) is not str or k in _HEAD_KEYS or _scalar(k) is None:
-                    return None
-                tail += f',"{k}":{sv}'
-            return (f"{{{a}{role},\"pid\":{self.pid},\"rank\":{self.rank},\"world_size\":{world_size},"
-                    f"\"worker_id\":{self.worker_id}{b}{wall},\"anchor_mono_ns\":{mono}{c}{tail}}}")
-        except Exception:
-            return None
 
     # -- failure ------------------------------------------------------------------------------
     def _fail(self, why: str) -> None:
