@@ -1,6 +1,7 @@
 """lotus.trace: the trace format (layer 1, the lowest): its schema, writer and readers.
 
-The schema (:mod:`.schema`), the per-process writer (:mod:`.writer`), packed records (:mod:`.packed`),
+The schema (:mod:`.schema`), the per-process writer (:mod:`.writer`) and its files' header
+(:mod:`.header`), packed records (:mod:`.packed`),
 rotated and compressed parts (:mod:`.parts`), lotus's own files (:mod:`.native`), the original
 LotusTrace text logs (:mod:`.original`), finding runs (:mod:`.discover`), reading a run's events
 (:mod:`.events`), compacting a finished run (:mod:`.compact`) and the synthetic writers
