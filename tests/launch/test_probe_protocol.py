@@ -31,7 +31,7 @@ def test_a_probe_ends_when_its_interval_is_narrow_enough(tmp_path):
     assert marker["stopped_by"] == "precision" and 0 < marker["rel_halfwidth"] <= 0.05
     # the reported interval adds the run-to-run spread (docs/intervals.md): at most both in quadrature, with
     # the few degrees of freedom of ~17 batches (CI read +-5.7% once where the stop rule had +-5%)
-    from lotus.analysis.steady import RUN_SPREAD
+    from lotus.analysis.runspread import RUN_SPREAD
 
     lo, hi = probe.ci95
     assert lo <= probe.samples_per_s <= hi

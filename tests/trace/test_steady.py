@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lotus.analysis.steady import MIN_BLOCKS, combine, steady_rate, t975
+from lotus.analysis.runspread import combine
+from lotus.analysis.steady import MIN_BLOCKS, steady_rate, t975
 
 MS = 1_000_000
 

@@ -4,7 +4,7 @@ Per rank and per node (a node is the host name the rank's files were written on)
 loader (the one that handed out the most of its batches; ties: the lowest id):
 
 * ``samples_per_s`` with its 95% interval: the one throughput measure (:func:`lotus.analysis.throughput.
-  loader_rates`); a node's rates add up (intervals in quadrature, :func:`lotus.analysis.steady.combine`);
+  loader_rates`); a node's rates add up (intervals in quadrature, :func:`lotus.analysis.runspread.combine`);
 * ``wait_share``: the loop's wait over its time, as the verdict's (:func:`lotus.analysis.diagnosis.loop_spans`);
 * ``slowest_op`` and its share of the rank's batch preprocessing time: the rank's op totals without the ops
   of failed and exhausted fetches (as the verdict's), per-sample ops scaled by the trace's detail share;
@@ -221,7 +221,7 @@ def rank_report(events, batches, loaders: dict, files: list[dict]) -> dict:
     only a few columns of each (:func:`lotus.analysis.collective.step_rows`); the same report."""
     import pandas as pd
 
-    from lotus.analysis.steady import combine
+    from lotus.analysis.runspread import combine
 
     rates: dict = {}
     main: dict[int, int] = {}

@@ -7,7 +7,7 @@ last hand-off of the run, epoch starts inside counted (a long run pays them). Th
 first request: they go at the step's pace, so counting them favours many workers on short probes. A few
 leading start-up batches after it (a first CUDA step) are left out too. Every rate comes with its 95%
 interval (``ci95``: this run's hand-offs, see :mod:`lotus.analysis.steady`, plus the run-to-run spread that
-separate runs of a job show, :func:`lotus.analysis.steady.default_run_spread`; ``within_ci95`` without it).
+separate runs of a job show, :func:`lotus.analysis.runspread.default_run_spread`; ``within_ci95`` without it).
 
 Failed batches and exhausted fetches are not batches (``ok_batches``). The headline is the loader that
 handed out the most batches (the training loader when a script also validates).
@@ -24,7 +24,8 @@ import os
 
 import numpy as np
 
-from lotus.analysis.steady import RUN_SPREAD_DOF, SteadyRate, combine, default_run_spread, steady_rate, with_run_spread
+from lotus.analysis.runspread import RUN_SPREAD_DOF, combine, default_run_spread, with_run_spread
+from lotus.analysis.steady import SteadyRate, steady_rate
 
 _log = logging.getLogger("lotus.analysis")
 

@@ -316,7 +316,7 @@ def measured_rate(batches, loaders: dict, loader: int, ranks: int
     """The one measure (:mod:`lotus.analysis.throughput`) of ``loader`` per rank, its 95% interval and its
     note (a wide interval, a short window), as ``lotus analyze throughput`` reports them, from ``batches``
     (the run's, or any rows that hold every consumed ok batch of ``loader``)."""
-    from lotus.analysis.steady import combine
+    from lotus.analysis.runspread import combine
     from lotus.analysis.throughput import loader_rates
 
     rates = [r for (_rank, lid), (r, _nb, _ns) in loader_rates(batches, loaders).items() if lid == loader]

@@ -15,7 +15,7 @@ time limit; traces under ``OUT/trials/<plan>/``):
 Each trial's figure is the apps' total samples/s while all of them ran: per app the one steady-state measure
 (:func:`lotus.analysis.steady.steady_rate`) over the hand-offs inside the common window (from the latest
 app's first hand-off + ``warmup_s`` to the earliest app's last hand-off), summed with its 95% interval
-(:func:`lotus.analysis.steady.combine`). The plan with the higher total runs (the text says whether the
+(:func:`lotus.analysis.runspread.combine`). The plan with the higher total runs (the text says whether the
 difference is beyond the trials' noise); a trial without a rate means sharing: ``workers=auto`` never runs a
 mix slower than letting every app use every core, within the trials' precision. The disjoint trial also
 checks the model: each app's measured rate against the curve's prediction at its CPUs.
@@ -88,7 +88,8 @@ def window_rates(trace_dirs: dict[str, str], warmup_s: float = WARMUP_S, plan: s
     """Total samples/s of the apps traced in ``trace_dirs`` (name -> trace directory) while all of them ran,
     with its 95% interval; ``error`` says why there is none (an app without a trace, no common window).
     ``workers``: each app's workers (per rank): the interval's blocks are whole rounds of them."""
-    from lotus.analysis.steady import combine, steady_rate
+    from lotus.analysis.runspread import combine
+    from lotus.analysis.steady import steady_rate
 
     data = {}
     for name, d in trace_dirs.items():

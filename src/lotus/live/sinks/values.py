@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lotus.analysis.steady import SteadyRate, combine, steady_rate
+from lotus.analysis.runspread import combine
+from lotus.analysis.steady import SteadyRate, steady_rate
 from lotus.analysis.throughput import ramp_batches
 from lotus.live.metrics import batch_samples
 from lotus.live.state import SAMPLE_COUNT, SEC, LiveState
