@@ -170,7 +170,7 @@ def test_itt_tasks_balance(tmp_path, monkeypatch):
             calls.append(("e", None))
 
     monkeypatch.setattr(recorder, "make_itt", lambda enabled: FakeItt() if enabled else None)
-    from lotus.dataloader import loader as loader_mod
+    from lotus.dataloader import loadertrace as loader_mod
 
     monkeypatch.setattr(loader_mod, "make_itt", lambda enabled: FakeItt() if enabled else None)
     list(DataLoader(D.MapDS(n=8), batch_size=4, trace_dir=tmp_path, itt=True))

@@ -9,7 +9,7 @@ waits for ``DIR/next-K.json`` from the launcher: ``{"stop": true}`` ends the job
 probe does); otherwise its ``env`` (the keys of :data:`lotus._env.PROBE_KEYS`: the next probe's trace directory,
 forced settings and stop rule) goes into ``os.environ``, the loader takes the forced settings (the script's
 own for the rest, made consistent as :mod:`lotus.dataloader.overrides` does at construction), gets a new
-:class:`lotus.dataloader.loader.LoaderTrace` (same loader id) and a new iterator, and the iterator the training
+:class:`lotus.dataloader.loadertrace.LoaderTrace` (same loader id) and a new iterator, and the iterator the training
 loop holds becomes it (:func:`lotus.dataloader._torch_compat.become`): the loop's ``for`` goes on with the
 next probe's batches, from the start of a new pass of the sampler.
 
