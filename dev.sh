@@ -28,7 +28,8 @@ verb=${1:-test}
 case "$verb" in
   install) install ;;
   demo) install; exec .venv/bin/lotus demo "$@" ;;
-  test) install; .venv/bin/ruff check src tests benchmarks examples scripts; exec .venv/bin/python -m pytest -q "$@" ;;
+  test) install; .venv/bin/ruff check src tests benchmarks examples scripts
+        exec .venv/bin/python -m pytest -q -n "${LOTUS_TEST_PROCS:-2}" "$@" ;;
   lint) install; exec .venv/bin/ruff check src tests benchmarks examples scripts ;;
   bench) install; exec .venv/bin/python benchmarks/overhead.py "$@" ;;
   *) echo "usage: ./dev.sh demo|test|install|lint|bench [ARGS]" >&2; exit 2 ;;
