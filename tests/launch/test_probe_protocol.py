@@ -106,6 +106,41 @@ def test_stop_rule_below_needs_its_blocks_and_the_whole_interval_under():
     assert why == "precision"
 
 
+def test_the_stop_rule_spends_at_most_1pct_of_the_loop_on_its_estimates(monkeypatch):
+    """An estimate every round of 2 workers took 4-8% of a 2-CPU job's CPU (probes read that much low): the next
+    periodic estimate waits for ESTIMATE_COST_RATIO times the last one's cost of hand-offs."""
+    import itertools
+
+    import numpy as np
+
+    import lotus.analysis.steady as steady
+    from lotus.dataloader import probe as P
+
+    calls = []
+    real = steady.steady_rate
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(steady, "steady_rate", counted)
+    rng = np.random.default_rng(1)
+    t = np.cumsum(rng.integers(500_000, 1_500_000, 2001))  # hand-offs ~1 ms apart
+    ticks = itertools.count(0, 500_000)  # the clock read before and after an estimate: each costs 0.5 ms
+    rule = P.StopRule(precision=1e-9, max_s=None, clock=lambda: next(ticks))
+    for i in range(1, 2001):  # without the limit, an estimate every 2 (~990)
+        assert rule.check(i, (i - 1, int(t[i])), 2, 2) is None
+    gap_ms = P.ESTIMATE_COST_RATIO * 0.5  # 50 ms of hand-offs between estimates
+    assert 2000 / gap_ms * 0.8 <= len(calls) <= 2000 / gap_ms + 2
+    # a free estimate (a clock that does not move) runs every round, as before
+    calls.clear()
+    rule = P.StopRule(precision=1e-9, max_s=None, clock=lambda: 0)
+    for i in range(1, 201):
+        rule.check(i, (i - 1, int(t[i])), 2, 2)
+    need = 2 * 2 + max(P.MIN_BLOCKS_TO_STOP * 2, P.MIN_WINDOW)
+    assert len(calls) == (200 - need) // 2 + 1
+
+
 def test_ended_words_why_a_probe_ended():
     from lotus.commands.run import _ended
 

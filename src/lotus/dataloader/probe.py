@@ -10,8 +10,9 @@ stops a job that does not exit within its grace period (a thread that never ends
 
 :class:`StopRule` is the adaptive end: the hand-off times of the loader go through the one estimator
 (:func:`lotus.analysis.steady.steady_rate`, the one :mod:`lotus.analysis.throughput` reports) every round
-of the workers; the probe ends when the 95% interval's half-width is within ``precision`` of the rate
-(after at least :data:`MIN_BLOCKS_TO_STOP` blocks of whole rounds), or after ``max_s`` seconds of
+of the workers, no more often than keeps its cost under 1% of the loop's time (:data:`ESTIMATE_COST_RATIO`);
+the probe ends when the 95% interval's half-width is within ``precision`` of the rate (after at least
+:data:`MIN_BLOCKS_TO_STOP` blocks of whole rounds), or after ``max_s`` seconds of
 hand-offs past the minimum window. With ``below`` it also ends once the whole interval lies under it (``below``;
 after :data:`MIN_BLOCKS_BELOW` blocks): a setting shown to be worse needs no more precision, and the worse probes
 of a search were the longest ones. ``lotus tune`` passes the rate under which a probe cannot be chosen, from the
@@ -32,18 +33,25 @@ from lotus.trace import schema as S
 MIN_BLOCKS_TO_STOP = 8  # the interval of fewer blocks is itself too uncertain to stop on
 MIN_WINDOW = 16  # and never fewer batches than this after the ramp
 MIN_BLOCKS_BELOW = 4  # an interval wholly below ``below`` may stop a probe from this many blocks on (t: 3 dof)
+# The loop's thread runs each estimate (~0.4 ms on the 2-vCPU VM): one every round of 2 workers took 4-8% of the
+# CPU the workers needed there, and probes read that much under `lotus run` of the same job
+# (benchmarks/traced_vs_alone.py --variants alone,traced,probe). The next periodic estimate waits for this many
+# times the last one's cost of hand-offs (trace time): at most 1% of the loop's time.
+ESTIMATE_COST_RATIO = 100
 
 
 class StopRule:
     """Decides, per request of the loop, whether the probe has measured enough (see the module doc)."""
 
-    def __init__(self, precision: float | None, max_s: float | None, below: float | None = None):
-        self.precision, self.below = precision, below
+    def __init__(self, precision: float | None, max_s: float | None, below: float | None = None,
+                 clock=time.perf_counter_ns):
+        self.precision, self.below, self._clock = precision, below, clock  # clock: what an estimate costs
         self.max_ns = int(max_s * 1e9) if max_s else None
         self.t: list[int] = []
         self.epochs: list[int] = []
         self.seen = 0
         self.last = None  # the last estimate (lotus.analysis.steady.SteadyRate)
+        self._next_ns = 0  # hand-off time before which no periodic estimate runs (ESTIMATE_COST_RATIO)
 
     def check(self, consumed: int, prev, workers: int, prefetch: int, epoch: int = 0) -> str | None:
         """``prev``: (batch, hand-off ns) of the batch the loop holds. Returns why to stop, or None."""
@@ -57,14 +65,14 @@ class StopRule:
         n = len(self.t)
         if self.below is not None and n < need:  # a clearly worse setting may end before the precision's window
             low = ramp + max(MIN_BLOCKS_BELOW * w, MIN_WINDOW)
-            if n >= low and not (n - low) % w and self._below(self._estimate(ramp, workers)):
+            if n >= low and not (n - low) % w and self._due() and self._below(self._estimate(ramp, workers)):
                 return "below"
         if n < need:
             return None
         if self.max_ns is not None and self.t[-1] - self.t[0] >= self.max_ns:
             self._estimate(ramp, workers)
             return "time"
-        if (self.precision is None and self.below is None) or (n - need) % w:
+        if (self.precision is None and self.below is None) or (n - need) % w or not self._due():
             return None
         r = self._estimate(ramp, workers)
         if self._below(r):
@@ -79,13 +87,19 @@ class StopRule:
         return (self.below is not None and r.ci95 is not None and r.blocks >= MIN_BLOCKS_BELOW
                 and r.ci95[1] < self.below)
 
+    def _due(self) -> bool:
+        """Whether enough hand-off time passed since the last estimate for the next one (ESTIMATE_COST_RATIO)."""
+        return self.t[-1] >= self._next_ns
+
     def _estimate(self, ramp: int, workers: int):
         import numpy as np
 
         from lotus.analysis.steady import steady_rate
 
+        t0 = self._clock()
         self.last = steady_rate(np.asarray(self.t, dtype=np.int64), ramp=ramp, workers=workers or 0,
                                 epochs=np.asarray(self.epochs))
+        self._next_ns = self.t[-1] + ESTIMATE_COST_RATIO * (self._clock() - t0)
         return self.last
 
 
