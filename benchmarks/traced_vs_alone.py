@@ -66,7 +66,8 @@ def run(variant: str, cpus: str, job: list[str], out: Path, tag: str, probe: lis
     lo = d.get("lotus", {})
     extra = (f"  lotus {lo['samples_per_s']:.1f} over {lo.get('steady_batches')} batches, "
              f"{lo.get('window_s') or 0:.1f} s" if lo.get("samples_per_s") else "")
-    print(f"{tag} {variant:6s} {rate:9.1f} samples/s  wait {d.get('wait_share') or float('nan'):.3f}{extra}"
+    wait = d["wait_share"] if d.get("wait_share") is not None else float("nan")  # a probe's job writes none
+    print(f"{tag} {variant:6s} {rate:9.1f} samples/s  wait {wait:.3f}{extra}"
           f"  ({d['wall_s']:.0f} s)", flush=True)
     return d
 
