@@ -443,7 +443,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", choices=sorted(SHAPES), default="local")
     p.add_argument("--work", required=True,
-                   help="the work folder; with --table also HOST=DIR,HOST=DIR: one table of several hosts")
+                   help="the work folder; with --table also HOST=DIR,HOST=DIR (or ;-separated): one table of "
+                        "several hosts")
     p.add_argument("--data", type=Path, default=None, help="ImageFolder root for the JPEG shapes")
     p.add_argument("--files", type=Path, default=Path("/tmp/lotus-files"),
                    help="the io_bound shape's files (made by its first run; run it under benchmarks/slowdisk.sh)")
@@ -457,14 +458,28 @@ def main(argv=None) -> int:
                    help="runs of the job alone per setting, their mean the truth (each in its own process)")
     p.add_argument("--deadline-s", type=float, default=1e9, help="start no step after this many seconds")
     p.add_argument("--table", type=Path, default=None, help="write the markdown table of --work's results here")
+    p.add_argument("--truths", default=None, metavar="C:W,...",
+                   help="only run the job alone of every --shapes at these CPUs:workers (cached like every truth; a "
+                        "call of its own before a command's, so that the command's later call finds them)")
     a = p.parse_args(argv)
     if a.table is not None:
-        hosts = dict(x.split("=", 1) for x in a.work.split(",")) if "=" in a.work else None
+        sep = ";" if ";" in a.work else ","  # ";" between HOST=DIR pairs lets a HOST hold commas
+        hosts = dict(x.split("=", 1) for x in a.work.split(sep)) if "=" in a.work else None
         a.table.write_text(table(Path(a.work), {h: Path(d) for h, d in hosts.items()} if hosts else None))
         print(a.table.read_text())
         return 0
     shapes = a.shapes.split(",") if a.shapes else list(SHAPES[a.host])
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    if a.truths:
+        c = Corpus(a)
+        for shape in shapes:
+            for cw in a.truths.split(","):
+                if c.late():
+                    print(f"skip {shape} {cw}: deadline", flush=True)
+                    continue
+                cpus, workers = (int(x) for x in cw.split(":"))
+                c.plain(shape, cpus, workers)
+        return 0
     Corpus(a).run(shapes, [c for c in a.commands.split(",") if c])
     print(table(Path(a.work)))
     return 0

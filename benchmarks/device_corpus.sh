@@ -8,6 +8,8 @@
 #   RERUN="tokenizer:stalls" (with STEPS holding it too): measure those anew
 #   REDO="nw0:tune": run lotus's side again against the truths already there
 #   TRUTH_REPEATS=4: the job alone runs 4 times a setting, the mean its truth (one run spreads 6-8% sd there)
+#   TRUTHS="gpu_bound:16:16,8:8": only the job alone at those CPUs:workers (before STEPS); LOTUS_TRUTH_EPOCHS=1:
+#   truths over whole epochs (benchmarks/reference_train.py --whole-epochs)
 set -u
 : "${OUT:?set OUT to the results folder}"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,11 +19,15 @@ mkdir -p "$WORK" "$OUT"
 # shellcheck source=benchmarks/device_lib.sh
 . "$REPO/benchmarks/device_lib.sh"
 T0=$(date +%s)
-pack() {  # after every step: a command killed at its limit still brings back what was done
-    (cd "$WORK" && tar -czf "$OUT/corpus.tgz" results truth $(ls -d stalls/*.log tune*/*.log sens/*.log \
-        tune*/*/tune.json 2>/dev/null)
-     tar -czf "$OUT/traced.tgz" traced 2>/dev/null)
+pack() {  # after every step and every 30 s: a command killed at its limit still brings back what was done
+    local t=.pack$BASHPID  # tar's status is not checked: a folder not made yet (results/ of a truths-only call)
+    (cd "$WORK" && tar -czf "$OUT/$t-c" $(ls -d results truth stalls/*.log tune*/*.log sens/*.log \
+        tune*/*/tune.json 2>/dev/null); mv -f "$OUT/$t-c" "$OUT/corpus.tgz"
+     if [ -d traced ]; then tar -czf "$OUT/$t-t" traced; mv -f "$OUT/$t-t" "$OUT/traced.tgz"; fi)
 }
+( while sleep 30; do pack; done ) &
+PACKER=$!
+trap 'kill $PACKER 2>/dev/null' EXIT
 [ -n "${RESUME:-}" ] && [ -d "$REPO/$RESUME" ] && cp -r "$REPO/$RESUME"/. "$WORK"/
 # RERUN="shape:cmd,cmd ...": those results are dropped and the shape's truths set aside (*.before-rerun) first
 for step in ${RERUN:-}; do
@@ -36,6 +42,13 @@ data 8192 || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/env.txt" 2>&1
 $PY -c "import torch, torchvision, sys; print(sys.version.split()[0], torch.__version__, torchvision.__version__)" >> "$OUT/env.txt"
 nproc >> "$OUT/env.txt"
+# TRUTHS="shape:C:W,C:W ...": the job alone at those settings first (a call of its own; a command's call then finds them)
+for t in ${TRUTHS:-}; do
+    left=$(( ${LIMIT_S:-540} - ($(date +%s) - T0) ))
+    $PY "$REPO/benchmarks/corpus.py" --host gpu --data "$DATA" --work "$WORK" --shapes "${t%%:*}" --truths "${t#*:}" \
+        --seconds "${SECS:-8}" --deadline-s "$left" --truth-repeats "${TRUTH_REPEATS:-1}" 2>&1 | tail -40
+    pack
+done
 for step in ${STEPS:-}; do
     left=$(( ${LIMIT_S:-540} - ($(date +%s) - T0) ))
     [ "$left" -le 30 ] && { echo "skip $step: time"; continue; }
