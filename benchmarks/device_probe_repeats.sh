@@ -7,6 +7,7 @@
 #   OUT=res R=6 SPECS="cpu_decode:16:16 oversub:4:16" benchmarks/device_probe_repeats.sh
 #   SPEC = name:CPUS:WORKERS (the corpus's ResNet-18 JPEG job, benchmarks/corpus.py's JPEG arguments)
 #   PROBE="--steps 600 --precision 0.03 --max-seconds 8" (the corpus's tune probes; the default)
+#   ARCH=resnet152: the gpu_bound shape's model (default resnet18)
 set -u
 : "${OUT:?set OUT to the results folder}"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,5 +38,7 @@ for spec in $SPECS; do
     $PY "$REPO/benchmarks/calibration.py" --score-traces "$WORK/$name"/r* --json "$OUT/$name.score.json" \
         | grep -E '"(repeats|mean|rel_sd|rel_empirical_hw|rel_mean_hw|width_ratio|coverage)"' | tr -d '\n'; echo " <- $name"
 done
-(cd "$WORK" && tar -czf "$OUT/repeats.tgz" --exclude=jpegs $(for s in $SPECS; do echo "${s%%:*}"; done))
+# LEAN=1: the workers' trace files stay behind (~5 MB a 16-worker probe of 600 batches; the rates are the main file's)
+(cd "$WORK" && tar -czf "$OUT/repeats.tgz" --exclude=jpegs ${LEAN:+--exclude='*-w[0-9]*-p*.lotustrace'} \
+    $(for s in $SPECS; do echo "${s%%:*}"; done))
 echo "== done ($(( $(date +%s) - T0 )) s)"
