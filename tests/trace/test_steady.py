@@ -110,10 +110,17 @@ def test_an_interval_wider_than_the_target_is_never_silent():
     rng = np.random.default_rng(3)
     wide = steady_rate(_handoffs(rng.lognormal(2.3, 1.0, 40), ramp=4), ramp=4, workers=2)
     assert wide.rel_halfwidth > 0.03
-    assert f"interval +-{wide.rel_halfwidth:.1%}: the job ended (or the cap stopped it) before +-3%" in wide.note
+    assert (f"within-run interval +-{wide.rel_halfwidth:.1%}: the job ended (or the cap stopped it) before +-3%"
+            in wide.note)
+    # a reported rate's interval adds the run-to-run spread; the note's figure stays the run's own interval
+    from lotus.analysis.runspread import with_run_spread
+
+    shown = with_run_spread(wide, 0.05, 20)
+    assert shown.rel_halfwidth > wide.rel_halfwidth and shown.note == wide.note
+    assert shown.within_ci95 == wide.ci95 and f"+-{wide.rel_halfwidth:.1%}" in shown.note
     tight = steady_rate(_handoffs([10.0] * 200, ramp=8), ramp=8, workers=4)
     assert tight.note is None
-    assert interval_note(0.288) == "interval +-28.8%: the job ended (or the cap stopped it) before +-3%"
+    assert interval_note(0.288) == "within-run interval +-28.8%: the job ended (or the cap stopped it) before +-3%"
     assert interval_note(0.02) is None and interval_note(None) is None
     assert [ended_by(s) for s in ("precision", "steps", "time", None)] == ["precision", "steps cap", "time cap",
                                                                           "job ended"]

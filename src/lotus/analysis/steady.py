@@ -93,14 +93,17 @@ class SteadyRate:
 
 
 def interval_note(rel_halfwidth: float | None, target: float = PRECISION, window_s: float | None = None) -> str | None:
-    """'interval +-28.8%: the job ended (or the cap stopped it) before +-3%' when the interval is wider than
-    ``target``; with ``window_s``, how long a window would reach it (an interval shrinks as one over the
-    square root of the window). None otherwise (or without an interval: its own note says why)."""
+    """'within-run interval +-28.8%: the job ended (or the cap stopped it) before +-3%' when the interval is wider
+    than ``target``; with ``window_s``, how long a window would reach it (an interval shrinks as one over the
+    square root of the window). None otherwise (or without an interval: its own note says why). "Within-run":
+    the interval a reported rate shows adds the run-to-run spread (:mod:`lotus.analysis.runspread`), which no
+    window narrows; a probe's stop rule judges this one."""
     if rel_halfwidth is None or rel_halfwidth <= target:
         return None
     need = (f" (about {window_s * (rel_halfwidth / target) ** 2:,.0f} s of steady state would reach it)"
             if window_s else "")
-    return f"interval +-{rel_halfwidth:.1%}: the job ended (or the cap stopped it) before +-{target * 100:g}%{need}"
+    return (f"within-run interval +-{rel_halfwidth:.1%}: the job ended (or the cap stopped it) before "
+            f"+-{target * 100:g}%{need}")
 
 
 _ENDED = {"precision": "precision", "steps": "steps cap", "time": "time cap", "below": "below the best"}
