@@ -1,7 +1,8 @@
 """Issue 24's corpus: each job shape x each decision command, against the job's own clock.
 
 Every shape is a run of ``benchmarks/reference_train.py`` (plain torch, no lotus import, timing its own steady
-state after the prefetched ramp). For each (shape, command) the command runs as a user would run it, and the
+state after the prefetched ramp: over whole epochs, each with its restart; ``LOTUS_TRUTH_EPOCHS=0`` for its
+fixed window). For each (shape, command) the command runs as a user would run it, and the
 same job runs alone (``taskset``, no lotus) at the points the command speaks of, in the same session:
 
 - ``whatif``: ``lotus run`` traces the shape at its own setting; ``lotus whatif`` predicts half and twice its
@@ -107,9 +108,12 @@ class Corpus:
 
     @staticmethod
     def whole_epochs() -> bool:
-        """$LOTUS_TRUTH_EPOCHS=1: the job alone's truth is its rate over whole epochs (reference_train.py
-        --whole-epochs), kept in truth files of their own (``-e`` before ``.json``)."""
-        return os.environ.get("LOTUS_TRUTH_EPOCHS", "") not in ("", "0")
+        """The job alone's truth is its rate over whole epochs (reference_train.py --whole-epochs), kept in truth
+        files of their own (``-e`` before ``.json``); ``$LOTUS_TRUTH_EPOCHS=0``: its fixed 8-s window after the
+        ramp instead (the default before 2026-11-29, late). Whole epochs since: the window holds no epoch restart
+        or one, where a long run pays every one: the gpu_bound job's window read 7-12% above its whole epochs
+        (docs/results/gpu-h200/issue-24/probe-gap/)."""
+        return os.environ.get("LOTUS_TRUTH_EPOCHS", "1") != "0"
 
     def evict(self, shape: str) -> None:
         """A shape reading files (``--files``): its dataset out of the page cache before every run, lotus's or
