@@ -240,3 +240,44 @@ def test_step_table_of_rank_parts_is_the_step_table(slow_input):
     got, lock2 = collective.step_table_of(parts, loaders)
     assert lock == lock2 and not parts
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+@pytest.mark.parametrize("chunk", [1, 6, 50])
+def test_the_step_table_by_ranges_of_steps_is_the_step_table(slow_input, monkeypatch, chunk):
+    """Made a range of steps at a time (ranges of one step, a few, many), the step table is the one of a single
+    range, value for value, and the lockstep check across the ranges' borders agrees; its spread and lateness
+    are those of a plain groupby of the same rows."""
+    from lotus.query import failed_mask
+
+    b = load_config(slow_input, engine="memory").batches
+    loaders = {r: 0 for r in range(4)}
+    want, lock = collective.step_table(b, loaders)
+    monkeypatch.setattr(collective, "STEP_CHUNK_ROWS", chunk)
+    got, lock2 = collective.step_table(b, loaders)
+    assert lock == lock2 and len(got) > 10
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    ok = b[(b["loader"] == 0) & b["consumed_ns"].notna() & b["wait_start_ns"].notna() & ~failed_mask(b)]
+    g = ok.groupby(["epoch", "batch_id"])["consumed_ns"]
+    ref = pd.DataFrame({"spread": g.max() - g.min(), "late": g.max() - g.median(), "n": g.size()})
+    ref = ref[ref["n"] >= 2].reset_index()
+    assert ref[["epoch", "batch_id"]].to_numpy().tolist() == want[["epoch", "batch_id"]].to_numpy().tolist()
+    assert np.allclose(want["spread_ns"], ref["spread"].astype(float), rtol=0, atol=1e3)
+    held = want["slowest_rank"].to_numpy() >= 0
+    assert held.any() and np.allclose(want["late_ns"][held], ref["late"][held].astype(float), rtol=0, atol=1e3)
+
+
+def test_a_step_a_rank_handed_out_twice_counts_its_last_row(monkeypatch):
+    """Two rows of one rank for one step (its rows' order kept whatever the ranges): the later one counts."""
+    ms = 1_000_000
+    rows = []
+    for rank, waits in ((0, (1, 1, 1)), (1, (1, 1, 1)), (1, (41,))):
+        for k, w in enumerate(waits):
+            k = 1 if len(waits) == 1 else k
+            start = 10**15 + 100 * k * ms
+            rows.append({"rank": rank, "loader": 0, "epoch": 0, "batch_id": k, "wait_start_ns": start,
+                         "wait_dur_ns": w * ms, "consumed_ns": start + w * ms, "failed": False})
+    frame = pd.DataFrame(rows).astype({"failed": bool})
+    for chunk in (1, 1 << 20):
+        monkeypatch.setattr(collective, "STEP_CHUNK_ROWS", chunk)
+        steps, _ = collective.step_table(frame, {0: 0, 1: 0})
+        assert steps["spread_ns"].tolist() == [0.0, 40.0 * ms, 0.0]

@@ -75,72 +75,103 @@ def step_rows(batches, loaders: dict[int, int]) -> dict[str, np.ndarray]:
     return out
 
 
+STEP_CHUNK_ROWS = 1 << 20  # about this many step rows (of all ranks) read at once: a range of steps at a time
+
+
 def step_table_of(parts: list[dict[str, np.ndarray]], loaders: dict[int, int]):
-    """:func:`step_table` of the rows of ``parts`` (:func:`step_rows` of a run's ranks, in the rows' order),
-    which it empties as it reads them; ``loaders``: every rank's main loader."""
+    """:func:`step_table` of the rows of ``parts`` (:func:`step_rows` of a run's ranks, in the rows' order; each
+    rank's rows in one part), which it empties as it reads them; ``loaders``: every rank's main loader.
+
+    Made a range of steps at a time: each part's rows sorted by step (stable: a step a rank handed out twice keeps
+    its last row, as a grid of the whole would) and kept in spilled arrays (:mod:`lotus.query.spill`), then the
+    rows of every rank for about :data:`STEP_CHUNK_ROWS` rows' worth of steps reduced to one row a step; what needs
+    every step (the median gap between steps, the lockstep check across neighbouring steps) reads those per-step
+    rows. The resident memory is a range's rows and the per-step figures, not every rank's step rows (~50 bytes a
+    batch: ~21 GB for 430M batches); the same table, value for value, at any range size."""
     import pandas as pd
 
+    from lotus.query import spill
+
     empty = pd.DataFrame(columns=STEP_COLUMNS), False
-    if len(loaders) < 2:
+    parts[:] = [p for p in parts if len(p["rank"])]
+    ranks = (np.unique(np.concatenate([np.unique(p["rank"]) for p in parts])).astype(np.int64) if parts
+             else np.zeros(0, np.int64))
+    if len(loaders) < 2 or len(ranks) < 2:
         parts.clear()
         return empty
-
-    def col(c: str) -> np.ndarray:
-        got = [p.pop(c) for p in parts]
-        return np.concatenate(got).astype(np.int64, copy=False) if len(got) != 1 else got[0].astype(np.int64)
-
-    rank = col("rank")
-    if len(np.unique(rank)) < 2:
-        parts.clear()
-        return empty
-    epoch, bid = col("epoch"), col("batch_id")
-    ranks, ri = np.unique(rank, return_inverse=True)
-    del rank
-    width = int(bid.max()) + 1
-    e0 = int(epoch.min())
-    keys, si = np.unique((epoch - e0) * width + bid, return_inverse=True)
-    del epoch, bid
-
-    def grid(at, v, off: int = 0):
-        m = np.full((len(keys), len(ranks)), np.nan)
-        m[at] = (v - off).astype(np.float64)  # differences of < 2**53 ns: exact
-        return m
-
-    at = (si, ri)
-    del si, ri
-    ws = col("wait_start_ns")
-    base = int(ws.min())
-    ask = grid(at, ws, base)
-    del ws
-    hand = grid(at, col("consumed_ns"), base)
-    wait = grid(at, col("wait_dur_ns"))
-    parts.clear()
-    del at
-    n = (~np.isnan(hand)).sum(axis=1)
-    keep = n >= 2
-    if not keep.all():
-        hand, wait, ask, keys, n = hand[keep], wait[keep], ask[keep], keys[keep], n[keep]
-    rows = np.arange(len(keys))
-    h = np.nanargmax(hand, axis=1)
-    med = np.nanmedian(hand, axis=1)
-    late = hand[rows, h] - med
-    inp = np.maximum(wait[rows, h] - np.nanmedian(wait, axis=1), 0.0)
-    stp = np.maximum(ask[rows, h] - np.nanmedian(ask, axis=1), 0.0)
+    width = max(int(p["batch_id"].max()) for p in parts) + 1
+    e0 = min(int(p["epoch"].min()) for p in parts)
+    base = min(int(p["wait_start_ns"].min()) for p in parts)
+    by_step = []  # each part's rows sorted by step, spilled
+    while parts:
+        p = parts.pop(0)
+        key = (p.pop("epoch").astype(np.int64) - e0) * width + p.pop("batch_id")
+        order = np.argsort(key, kind="stable")
+        rows = {"key": key[order], "ri": np.searchsorted(ranks, p.pop("rank")[order]).astype(np.int32)}
+        del key
+        rows.update((c, p.pop(c)[order]) for c in ("wait_start_ns", "consumed_ns", "wait_dur_ns"))
+        by_step.append(spill.copies_of(rows))
+        del p, order, rows
+        spill.trim()
+    span = max(1, STEP_CHUNK_ROWS // len(ranks))  # steps a range: a step has a row of each rank at most (once)
+    last = max(int(r["key"][-1]) for r in by_step)
+    got: dict[str, list] = {}
+    for lo in range(int(min(int(r["key"][0]) for r in by_step)), last + 1, span):
+        cut = [(r, *np.searchsorted(r["key"], [lo, lo + span])) for r in by_step]
+        one = {c: np.concatenate([r[c][a:b] for r, a, b in cut]) for c in
+               ("key", "ri", "wait_start_ns", "consumed_ns", "wait_dur_ns")}
+        spill.trim()
+        if len(one["key"]):
+            for c, v in _step_figures(one, len(ranks), base).items():
+                got.setdefault(c, []).append(v)
+        del one, cut
+    del by_step
+    cols = ("key", "n", "h", "med", "late", "inp", "stp", "spread", "ask_min", "hand_max")
+    f = {c: np.concatenate(got[c]) if got.get(c) else np.zeros(0, np.float64) for c in cols}
+    keys, n, h = f["key"].astype(np.int64), f["n"].astype(np.int64), f["h"].astype(np.int64)
+    med, late, inp, stp = f["med"], f["late"], f["inp"], f["stp"]
     same_epoch = (keys[1:] // width == keys[:-1] // width) & (np.diff(keys) == 1)
     gaps = (med[1:] - med[:-1])[same_epoch]
     held = late >= max(HELD_MIN * float(np.median(gaps)) if len(gaps) else 0.0, HELD_MIN_NS)
     out = pd.DataFrame({
         "epoch": keys // width + e0, "batch_id": keys % width, "ranks": n,
         "slowest_rank": np.where(held, ranks[h], -1), "late_ns": np.where(held, late, 0.0),
-        "spread_ns": np.nanmax(hand, axis=1) - np.nanmin(hand, axis=1), "input_ns": np.where(held, inp, 0.0),
-        "step_ns": np.where(held, stp, 0.0),
+        "spread_ns": f["spread"], "input_ns": np.where(held, inp, 0.0), "step_ns": np.where(held, stp, 0.0),
         "cause": pd.Categorical(np.where(~held, None, np.where(inp >= stp, INPUT, STEP)), categories=[INPUT, STEP]),
-        "startup": np.concatenate([[True], ~same_epoch]),
+        "startup": np.concatenate([[True], ~same_epoch]) if len(keys) else np.zeros(0, bool),
     })
-    ok = np.nanmin(ask[1:], axis=1) >= np.nanmax(hand[:-1], axis=1) - TOLERANCE_NS
+    ok = f["ask_min"][1:] >= f["hand_max"][:-1] - TOLERANCE_NS
     pairs = int(same_epoch.sum())
     lockstep = pairs > 0 and float((ok & same_epoch).sum()) / pairs >= LOCKSTEP_SHARE
     return out, lockstep
+
+
+def _step_figures(rows: dict[str, np.ndarray], n_ranks: int, base: int) -> dict[str, np.ndarray]:
+    """Per step of ``rows`` (every rank's rows of a range of steps, in the parts' order) that two ranks or more
+    handed out: its key, ranks, the latest rank's index (``h``), the median hand-off, how late the latest was
+    and its input and step parts, the spread, the earliest request and the latest hand-off (ns from ``base``)."""
+    keys, si = np.unique(rows["key"], return_inverse=True)
+
+    def grid(v, off: int = 0):
+        m = np.full((len(keys), n_ranks), np.nan)
+        m[si, rows["ri"]] = (v.astype(np.int64) - off).astype(np.float64)  # differences of < 2**53 ns: exact
+        return m
+
+    ask, hand, wait = grid(rows["wait_start_ns"], base), grid(rows["consumed_ns"], base), grid(rows["wait_dur_ns"])
+    n = (~np.isnan(hand)).sum(axis=1)
+    keep = n >= 2
+    if not keep.all():
+        hand, wait, ask, keys, n = hand[keep], wait[keep], ask[keep], keys[keep], n[keep]
+    if not len(keys):
+        return {}
+    rows_ = np.arange(len(keys))
+    h = np.nanargmax(hand, axis=1)
+    med = np.nanmedian(hand, axis=1)
+    return {"key": keys, "n": n, "h": h, "med": med, "late": hand[rows_, h] - med,
+            "inp": np.maximum(wait[rows_, h] - np.nanmedian(wait, axis=1), 0.0),
+            "stp": np.maximum(ask[rows_, h] - np.nanmedian(ask, axis=1), 0.0),
+            "spread": np.nanmax(hand, axis=1) - np.nanmin(hand, axis=1),
+            "ask_min": np.nanmin(ask, axis=1), "hand_max": np.nanmax(hand, axis=1)}
 
 
 def blame(steps, key_of: dict[int, object] | None = None) -> dict:
@@ -197,4 +228,5 @@ def summary(steps, lockstep: bool, loop_ns: float | None, nodes: dict[int, str])
     return out
 
 
-__all__ = ["INPUT", "STEP", "STEP_COLUMNS", "blame", "step_rows", "step_table", "step_table_of", "summary"]
+__all__ = ["INPUT", "STEP", "STEP_CHUNK_ROWS", "STEP_COLUMNS", "blame", "step_rows", "step_table", "step_table_of",
+           "summary"]

@@ -128,6 +128,7 @@ def _part_figures(pieces, loaders: dict) -> tuple[dict, dict[int, int], dict[int
 
     from lotus.analysis.gpu import gpu_ms_by_rank
     from lotus.analysis.throughput import loader_rates, rate_rows
+    from lotus.query import spill
 
     cols: dict[str, list] = {}
     spans, workers = [], []
@@ -156,8 +157,9 @@ def _part_figures(pieces, loaders: dict) -> tuple[dict, dict[int, int], dict[int
     rate = pd.DataFrame({c: pd.concat(cols.pop(c), ignore_index=True) for c in list(cols)}, copy=False)
     rates = loader_rates(rate, loaders)
     main = main_loaders(rates)
-    steps = collective.step_rows(rate, main)
+    steps = spill.copies_of(collective.step_rows(rate, main))  # on disk until the step table reads them
     del rate
+    spill.trim()
     out: dict[int, dict] = {}
 
     def add(rank, key, value):
