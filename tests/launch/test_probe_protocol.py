@@ -22,7 +22,7 @@ def test_a_probe_ends_when_its_interval_is_narrow_enough(tmp_path):
     assert run["stopped_by"] == "precision"
     done = json.loads((tmp_path / "i.json").read_text())["batches"]
     assert 17 <= done < 3000
-    assert "95% CI" in r.stderr and "ended: interval within --precision" in r.stderr
+    assert "95% CI" in r.stderr and "ended: within-run interval within --precision" in r.stderr
     probe = launch([sys.executable, TRAIN, "--workers", 0, "--epochs", 1000, "--n", 64, "--sleep", 0.002],
                    LaunchOptions(trace_dir=tmp_path / "p", steps=3000, precision=0.05, capture=True))
     assert probe.ok and probe.stopped_by == "precision"
@@ -57,7 +57,7 @@ def test_a_cap_that_ends_a_probe_before_its_interval_says_so(tmp_path):
     r = lotus_run("-o", tmp_path / "t", "--steps", 25, "--precision", 0.0001, "--", sys.executable, TRAIN,
                   "--workers", 0, "--epochs", 1000, "--n", 64, "--sleep", 0.002)
     assert r.returncode == 0, r.stderr
-    assert "ended: --steps, before the interval reached +-0.01% (it is +-" in r.stderr
+    assert "ended: --steps, before its within-run interval reached +-0.01% (it is +-" in r.stderr
     assert "note: " in r.stderr and "before +-3%" not in r.stderr.split("ended:")[1].splitlines()[0]
 
 
@@ -144,8 +144,9 @@ def test_the_stop_rule_spends_at_most_1pct_of_the_loop_on_its_estimates(monkeypa
 def test_ended_words_why_a_probe_ended():
     from lotus.commands.run import _ended
 
-    assert _ended("precision", 100, 0.02, 0.03) == "; ended: interval within --precision"
-    assert _ended("steps", 100, 0.079, None) == "; ended: --steps, before the interval reached +-3% (it is +-7.9%)"
+    assert _ended("precision", 100, 0.02, 0.03) == "; ended: within-run interval within --precision"
+    assert _ended("steps", 100, 0.079, None) == ("; ended: --steps, before its within-run interval reached +-3% "
+                                                 "(it is +-7.9%)")
     assert _ended("time", 100, 0.079, 0.1) == "; ended: --max-seconds"
     assert _ended("steps", 100, None, None) == "; ended: --steps, before the rate had an interval"
     assert _ended(None, 100, 0.01, None) == "; ended: the job ended before --steps"

@@ -139,3 +139,15 @@ def test_an_epoch_restart_right_after_the_ramp_is_not_start_up():
     assert whole.samples_per_s == pytest.approx(128 * 128 / ((2 * 2800 + 126 * 80) / 1e3))
     blind = steady_rate(t, n, ramp=64, workers=32)
     assert blind.startup_batches == 1 and blind.samples_per_s > whole.samples_per_s
+
+
+def test_a_runs_summary_gives_its_own_interval_beside_the_shown_one(tmp_path):
+    """summarize_run (what `lotus run` prints a probe's end from): the shown interval adds the run-to-run spread;
+    ``within_rel_halfwidth`` is the run's own, the figure of the note and of the stop rule."""
+    from lotus.analysis.throughput import summarize_run
+    from tests.invariants.shapes import Shape, write_shape
+
+    write_shape(tmp_path / "t", Shape(epochs=(40,), prep_us=(2_000, 9_000, 500, 15_000), workers=2))
+    s = summarize_run(tmp_path / "t")
+    assert 0.03 < s["within_rel_halfwidth"] < s["rel_halfwidth"] and s["run_spread"] > 0
+    assert f"within-run interval +-{s['within_rel_halfwidth']:.1%}:" in s["note"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -187,9 +188,12 @@ def throughput(batches, loaders: dict | None = None, *, replayed_only: bool = Fa
     main = main_loader(rates)
     mine: list[tuple[SteadyRate, int, float]] = [v for (_rk, lid), v in rates.items() if lid == main]
     total, ci = combine([r for r, _, _ in mine])
+    # the run's own interval (without the run-to-run spread): the one a probe's stop rule judges
+    own_total, own = combine([replace(r, ci95=r.within_ci95) if r.within_ci95 else r for r, _, _ in mine])
     notes = sorted({r.note for r, _, _ in mine if r.note})
     return {"samples_per_s": total, "ci95": list(ci) if ci else None,
             "rel_halfwidth": (ci[1] - total) / total if ci and total else None,
+            "within_rel_halfwidth": (own[1] - own_total) / own_total if own and own_total else None,
             "batches": sum(nb for _, nb, _ in mine), "samples": sum(ns for _, _, ns in mine),
             "steady_batches": sum(r.batches for r, _, _ in mine),
             "window_s": max((r.window_s for r, _, _ in mine), default=0.0),

@@ -104,11 +104,13 @@ def run(trace_dir, workers, steps, precision, max_seconds, below, settings, cpus
 
 
 def _ended(stopped_by: str | None, steps, rel_halfwidth: float | None, precision: float | None) -> str:
-    """'; ended: --steps, before the interval reached +-3% (it is +-7.9%)' and the like ('' when no probe)."""
+    """'; ended: --steps, before its within-run interval reached +-3% (it is +-7.9%)' and the like ('' when no
+    probe). ``rel_halfwidth``: the run's own interval, the one the stop rule judges (the rate's shown interval adds
+    the run-to-run spread: lotus.analysis.runspread)."""
     from lotus.analysis.steady import PRECISION
 
     if stopped_by == "precision":
-        return "; ended: interval within --precision"
+        return "; ended: within-run interval within --precision"
     if stopped_by is None:
         return "; ended: the job ended before --steps" if steps is not None else ""
     if stopped_by == "below":
@@ -116,7 +118,7 @@ def _ended(stopped_by: str | None, steps, rel_halfwidth: float | None, precision
     text = "; ended: " + {"time": "--max-seconds", "steps": "--steps"}.get(stopped_by, stopped_by)
     target = precision or PRECISION
     if rel_halfwidth is not None and rel_halfwidth > target:
-        text += f", before the interval reached +-{target * 100:g}% (it is +-{rel_halfwidth:.1%})"
+        text += f", before its within-run interval reached +-{target * 100:g}% (it is +-{rel_halfwidth:.1%})"
     elif rel_halfwidth is None:
         text += ", before the rate had an interval"
     return text
@@ -141,7 +143,8 @@ def _report(probe, verdict: bool, precision: float | None = None) -> None:
         click.echo(f"lotus run: note: {note}", err=True)
         return
     rate = s.get("samples_per_s")
-    ended = _ended(probe.stopped_by, probe.steps, s.get("rel_halfwidth"), precision)
+    own = s.get("within_rel_halfwidth")
+    ended = _ended(probe.stopped_by, probe.steps, own if own is not None else s.get("rel_halfwidth"), precision)
     click.echo(f"lotus run: trace in {probe.trace_dir}: {s['batches']} batches"
                + (f", {rate_text(rate, s.get('ci95'))} in the steady state" if rate else "") + ended, err=True)
     if rate and s.get("note"):
