@@ -7,6 +7,7 @@
 # lotus's rate). Every trace comes back (tva.tgz), so a probe's window can be compared with a traced run's.
 #
 #   OUT=res bash benchmarks/device_probe_gap.sh            # SETTINGS="0-15:16:3 0-7:6:2" (cpus:workers:rounds)
+#   OUT=res ARCH=resnet18 SETTINGS="0-3:4:3" bash benchmarks/device_probe_gap.sh   # the oversub shape's 4-CPU cell
 set -u
 : "${OUT:?set OUT to the results folder}"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +19,12 @@ mkdir -p "$WORK" "$OUT"
 data 8192 > "$OUT/data.log" 2>&1 || exit 1
 { nvidia-smi --query-gpu=name --format=csv,noheader; nproc; $PY -c "import torch; print(torch.__version__)"; } \
     > "$OUT/env.txt" 2>&1
+# every 30 s and after each setting: a call killed at its limit still brings back the rounds done
+pack() { (cd "$WORK" && tar czf "$OUT/.tva$BASHPID" tva 2>/dev/null; mv -f "$OUT/.tva$BASHPID" "$OUT/tva.tgz"); }
+( while sleep 30; do pack; done ) &
+PACKER=$!
+trap 'kill $PACKER 2>/dev/null' EXIT
+export PYTHONUNBUFFERED=1
 J="$DATA -a ${ARCH:-resnet152} -b 128 --bf16 --channels-last --pin-memory --persistent-workers --seconds 8"
 for s in ${SETTINGS:-0-15:16:3 0-7:6:2}; do
     cpus=${s%%:*}; rest=${s#*:}; w=${rest%%:*}; rounds=${rest#*:}
@@ -26,5 +33,5 @@ for s in ${SETTINGS:-0-15:16:3 0-7:6:2}; do
         --probe "--steps 600 --precision 0.03 --max-seconds 90 --workers $w" --out "$WORK/tva/$name" \
         -- $J --whole-epochs -j "$w" > "$OUT/$name.log" 2>&1
     echo "$name: rc $?"
-    (cd "$WORK" && tar czf "$OUT/tva.tgz" tva)
+    pack
 done
