@@ -8,6 +8,7 @@
 #
 #   OUT=res bash benchmarks/device_probe_gap.sh            # SETTINGS="0-15:16:3 0-7:6:2" (cpus:workers:rounds)
 #   OUT=res ARCH=resnet18 SETTINGS="0-3:4:3" bash benchmarks/device_probe_gap.sh   # the oversub shape's 4-CPU cell
+#   PROBE_S=8 VARIANTS=alone,probe: probes capped at 8 s (benchmarks/corpus.py's --seconds), the job alone beside them
 set -u
 : "${OUT:?set OUT to the results folder}"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,8 +30,8 @@ J="$DATA -a ${ARCH:-resnet152} -b 128 --bf16 --channels-last --pin-memory --pers
 for s in ${SETTINGS:-0-15:16:3 0-7:6:2}; do
     cpus=${s%%:*}; rest=${s#*:}; w=${rest%%:*}; rounds=${rest#*:}
     name=c${cpus//[^0-9]/_}-w$w
-    $PY "$REPO/benchmarks/traced_vs_alone.py" --cpus "$cpus" --rounds "$rounds" --variants alone,traced,probe \
-        --probe "--steps 600 --precision 0.03 --max-seconds 90 --workers $w" --out "$WORK/tva/$name" \
+    $PY "$REPO/benchmarks/traced_vs_alone.py" --cpus "$cpus" --rounds "$rounds" --variants "${VARIANTS:-alone,traced,probe}" \
+        --probe "--steps 600 --precision 0.03 --max-seconds ${PROBE_S:-90} --workers $w" --out "$WORK/tva/$name" \
         -- $J --whole-epochs -j "$w" > "$OUT/$name.log" 2>&1
     echo "$name: rc $?"
     pack
