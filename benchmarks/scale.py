@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster_engines import start_dask  # benchmarks import each other from this directory
 from ingest import _generate, cli_once
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = os.environ.get("LOTUS_BENCH_SRC") or str(Path(__file__).resolve().parents[1] / "src")  # another tree's code
 
 
 def generate(run: Path, n: int, ranks: int, nodes: int, epochs: int, compress: bool = False) -> None:

@@ -23,6 +23,8 @@ scanned run's engine keeps them per rank) and the trace files' headers: the same
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from lotus.analysis import collective
@@ -48,12 +50,13 @@ def rank_nodes(files: list[dict]) -> dict[int, str]:
     return out
 
 
-def rank_op_totals(events) -> tuple[dict[int, dict[str, float]], float]:
+def rank_op_totals(events, as_recorded: bool = False) -> tuple[dict[int, dict[str, float]], float]:
     """(``{rank: {op: total ns}}`` of the parts of preprocessing (load, transform ops, collate) as recorded,
     pipeline order, without the ops of failed and exhausted fetches (as the verdict's); the detail share that
     scales per-sample ops to all batches). Integer sums (exact in float64 below 2**53 ns): the same on both
     engines; a scanned run sums them per rank while scanning, or in one more pass when some fetches failed
-    or found no batch."""
+    or found no batch. ``as_recorded``: every op's total (those that are no part of preprocessing too) and a share
+    of 1.0 (:class:`RankParts` of ranks made apart merge these)."""
     from lotus.analysis.stats import _excluded_keys, _rows_of_batches
     from lotus.query import detail_share
 
@@ -74,6 +77,8 @@ def rank_op_totals(events) -> tuple[dict[int, dict[str, float]], float]:
             sums = np.bincount(ri[m], weights=dur[m], minlength=len(ranks))  # integer sums: exact
             for k in np.flatnonzero(sums).tolist():
                 raw[int(ranks[k])][n] = float(sums[k])
+    if as_recorded:  # every op, and no share: parts of ranks made apart (RankParts) merge these
+        return raw, 1.0
     share = detail_share(events) if any(raw.values()) else 1.0
     return {r: {n: v for n, v in ops.items() if n not in _NOT_OPS} for r, ops in raw.items()}, share
 
@@ -211,6 +216,46 @@ RANK_BATCH_COLUMNS = ["rank", "loader", "epoch", "batch_id", "worker_id", "dispa
                       "consumed_ns", "gpu_wait_ns", "gpu_step_ns", "detail"]
 
 
+@dataclass
+class RankParts:
+    """What a report on some ranks needs of their batches and events (:func:`rank_parts_of`), in a form that
+    merges (:meth:`merge`): the parts of different ranks made apart (in other processes, on a cluster's
+    workers: :mod:`lotus.analysis.rankmap`) add up to those of all of them at once."""
+
+    rates: dict = field(default_factory=dict)  # (rank, loader) -> loader_rates' value
+    main: dict = field(default_factory=dict)  # rank -> main loader
+    sums: dict = field(default_factory=dict)  # rank -> the additive parts of its figures (_SUMS)
+    steps: list = field(default_factory=list)  # collective.step_rows of parts of whole ranks, in rank order
+    ops: dict = field(default_factory=dict)  # rank -> {op: total ns} (rank_op_totals, before the detail share)
+    fetches: tuple = (0, 0, 0)  # fetches: ok, ok and detail, detail (lotus.query.detail_counts)
+
+    def merge(self, other: RankParts) -> None:
+        """Add ``other``'s ranks (none of which is here) to these."""
+        self.rates.update(other.rates)
+        self.main.update(other.main)
+        self.sums.update(other.sums)
+        self.steps.extend(other.steps)
+        self.ops.update(other.ops)
+        self.fetches = tuple(a + b for a, b in zip(self.fetches, other.fetches, strict=True))
+
+
+def rank_parts_of(events, batches, loaders: dict) -> RankParts:
+    """The :class:`RankParts` of a run's (or some ranks') events and batches (``batches``: as
+    :func:`rank_report`'s)."""
+    import pandas as pd
+
+    from lotus.query import detail_counts
+
+    out = RankParts()
+    for part in [batches] if isinstance(batches, pd.DataFrame) else batches:
+        got, mine, part_sums, steps = _part_figures([part] if isinstance(part, pd.DataFrame) else part, loaders)
+        out.merge(RankParts(got, mine, part_sums, [steps]))
+        del part
+    out.ops = rank_op_totals(events, as_recorded=True)[0]
+    out.fetches = tuple(detail_counts(events))
+    return out
+
+
 def rank_report(events, batches, loaders: dict, files: list[dict]) -> dict:
     """``{"loader", "world_size", "missing_ranks", "ranks": [row...], "nodes": [row...], "collective":
     {...}, "straggler": {...} | None}`` (rows: :data:`RANK_COLUMNS` and ``loader``; ``loader``: the ranks'
@@ -221,24 +266,20 @@ def rank_report(events, batches, loaders: dict, files: list[dict]) -> dict:
     other; a part is a DataFrame or an iterable of DataFrames, pieces of its rows in order, reduced one at a
     time (:func:`_part_figures`): every figure but the step table is a rank's own, and the step table reads
     only a few columns of each (:func:`lotus.analysis.collective.step_rows`); the same report."""
-    import pandas as pd
+    return report_of_parts(rank_parts_of(events, batches, loaders), files)
 
+
+def report_of_parts(parts: RankParts, files: list[dict]) -> dict:
+    """:func:`rank_report` from the :class:`RankParts` of every rank (whose step rows it empties) and the
+    headers of the run's files."""
     from lotus.analysis.runspread import combine
+    from lotus.query import detail_counts_share
 
-    rates: dict = {}
-    main: dict[int, int] = {}
-    sums: dict[int, dict] = {}
-    step_parts = []
-    for part in [batches] if isinstance(batches, pd.DataFrame) else batches:
-        got, mine, part_sums, steps = _part_figures([part] if isinstance(part, pd.DataFrame) else part, loaders)
-        rates.update(got)
-        main.update(mine)
-        sums.update(part_sums)
-        step_parts.append(steps)
-        del part
+    rates, main, sums = parts.rates, parts.main, parts.sums
     nodes = rank_nodes(files)
-    ops, detail = rank_op_totals(events)
-    steps, lockstep = collective.step_table_of(step_parts, main)
+    ops = {r: {n: v for n, v in o.items() if n not in _NOT_OPS} for r, o in parts.ops.items()}
+    detail = detail_counts_share(parts.fetches) if any(parts.ops.values()) else 1.0
+    steps, lockstep = collective.step_table_of(parts.steps, main)
     loops = [s["loop_ns"] for s in sums.values() if s["loop_ns"] > 0]
     coll = collective.summary(steps, lockstep, float(np.median(loops)) if loops else None, nodes)
     ranks = sorted({r for r, _ in rates} | set(sums) | set(nodes))

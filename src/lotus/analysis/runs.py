@@ -56,20 +56,26 @@ def _config_of(run, engine: str, summary_only: bool = False, op_stats: bool = Tr
     from lotus.trace.events import events_of_run
 
     if _engine_for(run, engine) == "scan":
-        from lotus.query import SUMMARY_COLUMNS, batches_of_scan, scan_run
-
-        events = scan_run(run, columns=SUMMARY_COLUMNS if summary_only else None, op_stats=op_stats, census=census,
-                          op_reduce=op_reduce)
-        table = getattr(events.attrs["op_engine"], "batch_table", None)
-        if table is not None:  # the DataFrame is made on first use of cfg.batches
-            cfg = Config(name=run.name, path=run.path, events=events, batches=None, table=table)
-            if table.partial:  # the summaries' columns only: cfg.batches scans the run again, every column kept
-                cfg.rescan = lambda: batches_of_scan(scan_run(run))
-        else:
-            cfg = Config(name=run.name, path=run.path, events=events, batches=batches_of_scan(events))
+        cfg = scanned_config(run, summary_only, op_stats, census, op_reduce)
     else:
         cfg = config_from_events(events_of_run(run), name=run.name, path=run.path)
     cfg.kineto = list(run.kineto)
+    return cfg
+
+
+def scanned_config(run, summary_only: bool = False, op_stats: bool = True, census: bool = False,
+                   op_reduce: str = "") -> Config:
+    """The :class:`Config` of ``run`` by the scan (:func:`lotus.query.scan_run`; options: :func:`iter_configs`'s)."""
+    from lotus.query import SUMMARY_COLUMNS, batches_of_scan, scan_run
+
+    events = scan_run(run, columns=SUMMARY_COLUMNS if summary_only else None, op_stats=op_stats, census=census,
+                      op_reduce=op_reduce)
+    table = getattr(events.attrs["op_engine"], "batch_table", None)
+    if table is None:
+        return Config(name=run.name, path=run.path, events=events, batches=batches_of_scan(events))
+    cfg = Config(name=run.name, path=run.path, events=events, batches=None, table=table)  # batches: on first use
+    if table.partial:  # the summaries' columns only: cfg.batches scans the run again, every column kept
+        cfg.rescan = lambda: batches_of_scan(scan_run(run))
     return cfg
 
 
@@ -177,6 +183,13 @@ def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary
     Raises :class:`InputError` for a missing directory or one without any trace file; a run that
     cannot be read is skipped with a warning.
     """
+    return iter_runs(data_dir, lambda run: _config_of(run, engine, summary_only, census=census, op_reduce=op_reduce))
+
+
+def iter_runs(data_dir: str | os.PathLike, make) -> Iterator:
+    """``make(run)`` of each run under ``data_dir`` (:func:`lotus.trace.discover.find_runs`), one at a time, as
+    :func:`iter_configs` (a run whose ``make`` raises :class:`InputError` skipped with a warning; none left: an
+    :class:`InputError`)."""
     from lotus.trace.discover import find_runs
     from lotus.trace.native import header_cache
 
@@ -185,12 +198,12 @@ def iter_configs(data_dir: str | os.PathLike, *, engine: str = "memory", summary
         yielded = 0
         for run in runs:
             try:
-                cfg = _config_of(run, engine, summary_only, census=census, op_reduce=op_reduce)
+                got = make(run)
             except InputError as exc:
                 _log.warning("%s; run %s skipped", exc, run.name)
                 continue
             yielded += 1
-            yield cfg
+            yield got
     if not yielded:
         raise InputError("no readable run here or below", data_dir)
 

@@ -102,11 +102,12 @@ def configs_of(data_dir: Path, engine: str = "auto", summary_only: bool = False,
     return iter_configs(data_dir, engine=engine, summary_only=summary_only, census=census)
 
 
-def per_config(data_dir: Path, compute, show, as_json: bool, key: str = "configs", **kw) -> dict:
-    """``{key: {config: compute(cfg)}}`` over the configs of ``data_dir`` (``kw``: :func:`configs_of`'s);
-    each result shown with ``show(name, result)`` as it comes, or the whole document printed as JSON."""
+def per_config(data_dir: Path, compute, show, as_json: bool, key: str = "configs", configs=None, **kw) -> dict:
+    """``{key: {config: compute(cfg)}}`` over the configs of ``data_dir`` (``kw``: :func:`configs_of`'s; or over
+    ``configs``, any objects with a ``name``); each result shown with ``show(name, result)`` as it comes, or the
+    whole document printed as JSON."""
     doc: dict = {key: {}}
-    for cfg in configs_of(data_dir, **kw):
+    for cfg in configs_of(data_dir, **kw) if configs is None else configs:
         doc[key][cfg.name] = result = compute(cfg)
         if not as_json:
             show(cfg.name, result)

@@ -19,10 +19,13 @@ def ranks_cmd(data_dir: Path, as_json: bool) -> None:
     the collective, and whether its input pipeline or its step made it late.
 
     A job whose nodes wrote into directories of their own (DATA_DIR/node0, DATA_DIR/node1...) is one run."""
-    from lotus.analysis.ranks import RANK_BATCH_COLUMNS, rank_report
+    from types import SimpleNamespace
 
-    per_config(data_dir, lambda cfg: rank_report(cfg.events, cfg.batches_by_rank(RANK_BATCH_COLUMNS), cfg.loaders,
-                                                 cfg.files), _print, as_json)
+    from lotus.analysis.rankmap import rank_report_of_run
+    from lotus.analysis.runs import iter_runs
+
+    runs = iter_runs(data_dir, lambda run: SimpleNamespace(name=run.name, report=rank_report_of_run(run)))
+    per_config(data_dir, lambda got: got.report, _print, as_json, configs=runs)
 
 
 def _print(name: str, r: dict) -> None:

@@ -21,14 +21,17 @@ from __future__ import annotations
 _MODULES = {
     "lotus.query.batches": [
         "BATCH_COLUMNS", "load_batches", "batches_from_events", "consumed_only", "ok_batches",
-        "fetch_outcomes", "detail_share", "outcome_summary", "failed_mask", "worker_label",
+        "fetch_outcomes", "detail_share", "detail_counts", "detail_counts_share", "outcome_summary", "failed_mask",
+        "worker_label",
     ],
     "lotus.query.batchtable": ["BatchTable"],
     "lotus.query.rankframes": ["rank_parts", "rank_pieces"],
     "lotus.query.batchparts": ["SUMMARY_COLUMNS"],
     "lotus.query.scan": ["scan_run"],
     "lotus.query.rescan": ["batches_of_scan", "export_events", "op_chunks", "window_scan"],
-    "lotus.query.parallel": ["settings"],
+    "lotus.query.parallel": ["settings", "serial", "map_tasks", "task_count", "jobs",
+                             "cluster_address"],
+    "lotus.query.scanplan": ["trace_bytes"],
     "lotus.query.spill": ["SpillError", "spill_dir"],
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}

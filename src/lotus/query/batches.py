@@ -376,26 +376,30 @@ def detail_counts_share(fetches) -> float:
     return float(ok_flagged) / float(ok)
 
 
-def detail_share(events) -> float:
-    """Pure function: the share of successful fetches of ``events`` that are detail batches (carry
-    per-sample/per-op records). 1.0 for traces without the flag (earlier formats, original logs: every
-    batch was recorded in full) and for traces without fetches."""
+def detail_counts(events) -> tuple[int, int, int]:
+    """Counts of the fetches of ``events``: (ok, ok and detail, detail), what :func:`detail_share` reads (of a scanned
+    run, the scan's counts); they add up over runs or ranks read apart."""
     counts = getattr(events.attrs.get("op_engine"), "fetch_counts", None)
     if counts is not None:  # a scanned run keeps no fetch rows: the scan counted their flags
-        return detail_counts_share(counts)
+        return tuple(int(x) for x in counts)
     name_cat = events["name"].array
     code = {str(c): i for i, c in enumerate(name_cat.categories)}.get("fetch")
     if code is None:
-        return 1.0
+        return 0, 0, 0
     mask = (np.asarray(name_cat.codes) == code) & (events["batch_id"].to_numpy() >= 0)
     arg = events["arg"].to_numpy()[mask]
     ok = (arg < 0) | ((arg & S.FETCH_ERROR) == 0)
     flagged = (arg > 0) & ((arg & S.FETCH_DETAIL) != 0)
-    if not ok.any() or not flagged.any():
-        return 1.0
-    return float(flagged[ok].sum()) / float(ok.sum())
+    return int(ok.sum()), int(flagged[ok].sum()), int(flagged.sum())
+
+
+def detail_share(events) -> float:
+    """Pure function: the share of successful fetches of ``events`` that are detail batches (carry
+    per-sample/per-op records). 1.0 for traces without the flag (earlier formats, original logs: every
+    batch was recorded in full) and for traces without fetches."""
+    return detail_counts_share(detail_counts(events))
 
 
 __all__ = ["BATCH_COLUMNS", "KEY", "OUTCOME_COLUMNS", "STATUSES", "batches_from_events", "consumed_only",
-           "detail_share",
+           "detail_counts", "detail_counts_share", "detail_share",
            "failed_mask", "fetch_outcomes", "load_batches", "ok_batches", "outcome_summary", "worker_label"]

@@ -94,7 +94,35 @@ def cluster_parts(address: str, paths: list[Path], ctx: ScanContext) -> Iterator
     tasks = plan(paths, max(max(threads, 1) * TASKS_PER_JOB, total // PART_BYTES))
     ctx = replace(ctx, replay=True)
     _log.debug("scanning %d files in %d parts on %s (%d worker threads)", len(paths), len(tasks), address, threads)
-    futures = c.map(scan_remote, tasks, ctx=ctx, pure=False, retries=0)
+    yield from _results(c, c.map(scan_remote, tasks, ctx=ctx, pure=False, retries=0), address)
+
+
+def cluster_map(address: str, fn, tasks: list) -> Iterator:
+    """``fn(task)`` of each of ``tasks`` on the cluster at ``address``, in their order
+    (:func:`lotus.query.parallel.map_tasks`); failures as the scan's parts' (:func:`_result`)."""
+    c = client(address)
+    _log.debug("%d tasks on %s", len(tasks), address)
+    yield from _results(c, c.map(_remote(fn), tasks, pure=False, retries=0), address)
+
+
+def _remote(fn):
+    """``fn`` with a file it cannot read on a worker named as :func:`scan_remote` names it."""
+    import functools
+
+    @functools.wraps(fn)
+    def call(task):
+        import socket
+
+        try:
+            return fn(task)
+        except OSError as exc:
+            raise InputError(f"cannot read it on worker {socket.gethostname()} ({exc.strerror or exc}); the "
+                             "workers must see the trace files at the same paths", exc.filename or "?") from None
+
+    return call
+
+
+def _results(c, futures, address: str) -> Iterator:
     try:
         for f in futures:
             yield _result(c, f, address)
@@ -102,8 +130,8 @@ def cluster_parts(address: str, paths: list[Path], ctx: ScanContext) -> Iterator
         c.cancel(futures)
 
 
-def _result(c, future, address: str) -> ScanPart:
-    """The part of ``future``; one :class:`ClusterError` when its workers keep dying or none is left."""
+def _result(c, future, address: str):
+    """The part (or result) of ``future``; one :class:`ClusterError` when its workers keep dying or none is left."""
     from distributed import TimeoutError as DaskTimeout
 
     alone = None  # since when the cluster has had no worker

@@ -60,10 +60,28 @@ def settings(jobs: int | None = None, cluster: str | None = None):
             close()
 
 
+@contextlib.contextmanager
+def serial():
+    """This process alone for the time of a ``with`` block, whatever ``$LOTUS_JOBS`` and ``$LOTUS_CLUSTER`` say: a
+    task of :func:`map_tasks` that scans files of its own (it runs on one of the processes already)."""
+    before = dict(_OVERRIDE)
+    _OVERRIDE.update(jobs="1", cluster="")
+    try:
+        yield
+    finally:
+        _OVERRIDE.clear()
+        _OVERRIDE.update(before)
+
+
 def _setting(key: str) -> str:
     if key in _OVERRIDE:
         return _OVERRIDE[key]
     return os.environ.get(f"LOTUS_{key.upper()}", "").strip()
+
+
+def cluster_address() -> str:
+    """The cluster the scan's parts go to (``$LOTUS_CLUSTER``, ``--cluster``); "" for this machine."""
+    return _setting("cluster")
 
 
 def jobs(total_bytes: int) -> int:
@@ -114,6 +132,51 @@ def scan_parts(paths: list[Path], ctx: ScanContext) -> Iterator[ScanPart]:
 
         for got in parts:
             yield receive(got)
+
+
+def task_count(total_bytes: int) -> int:
+    """How many tasks a run of ``total_bytes`` of trace files is cut into where the scan's parts run
+    (:data:`TASKS_PER_JOB` a process or a cluster's worker thread, and parts of at most about
+    :data:`PART_BYTES`): what :func:`map_tasks`' callers aim at."""
+    address = _setting("cluster")
+    if address:
+        from lotus.query.cluster import _threads, client
+
+        workers = max(_threads(client(address)), 1)
+    else:
+        workers = jobs(total_bytes)
+    return max(workers * TASKS_PER_JOB, total_bytes // PART_BYTES, 1)
+
+
+def map_tasks(fn, tasks: list, sizes: list[int]) -> Iterator:
+    """``fn(task)`` of each of ``tasks`` (``sizes``: the bytes of trace files each reads), in their order, where the
+    scan's parts run: on the cluster of ``$LOTUS_CLUSTER``, else on as many processes of this machine as
+    :func:`jobs` gives for their bytes (forked; the results handed back as the parts are, :mod:`lotus.query.handoff`),
+    else here one after the other. ``fn``: a function of a module (the cluster's workers import it), whose task runs
+    serially (:func:`serial`)."""
+    address = _setting("cluster")
+    if address:
+        from lotus.query.cluster import cluster_map
+
+        yield from cluster_map(address, fn, tasks)
+        return
+    import multiprocessing
+
+    n = min(jobs(sum(sizes)), len(tasks))
+    if n <= 1 or multiprocessing.current_process().daemon:
+        for t in tasks:
+            yield fn(t)
+        return
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    _log.debug("%d tasks on %d processes", len(tasks), n)
+    with handoff_dir() as where, multiprocessing.get_context(method).Pool(n) as pool:
+        for got in pool.imap(_call_and_send, [(fn, t, where) for t in tasks]):
+            yield receive(got)
+
+
+def _call_and_send(args):
+    fn, task, where = args
+    return send(fn(task), where)
 
 
 def _scan_and_send(args):

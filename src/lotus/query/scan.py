@@ -73,7 +73,7 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: boo
     from lotus.query.parallel import scan_parts
     from lotus.query.scanfiles import ScanContext
     from lotus.query.scanmerge import merge_parts
-    from lotus.trace.events import readable_native, warn_missing_ranks
+    from lotus.trace.events import readable_native, warn_main_and_ranks
 
     good, offsets, per_process = readable_native(run)
     ctx = ScanContext(str(run.path), offsets, per_process, fold, None if columns is None else frozenset(columns),
@@ -82,9 +82,8 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: boo
     acc, parts = part.acc, part.batch_parts
     if not acc.files:
         raise InputError("no readable trace file", run.path)
-    if not any(f["role"] == "main" for f in acc.files):
-        _log.warning("%s: no main-process file: waits and consumption unknown (worker files only)", run.path)
-    warn_missing_ranks(acc.files, run.path)
+    if getattr(run, "whole", None) is None:  # some ranks of a larger run: it says these of all its files
+        warn_main_and_ranks(acc.files, run.path)
     mark_continued(acc.files, stitch(good))
     names = list(acc.names)
     release_freed_memory()  # the chunks' temporaries (glibc keeps them otherwise), before pandas is imported

@@ -14,11 +14,16 @@ TAPER = 2  # a run of a tapered plan: the bytes left over TAPER x the processes 
 IN_MEMORY_PART_BYTES = 2 << 30  # a part of fewer bytes keeps its per-batch columns in memory (~1% of them)
 
 
-def _size(p: Path) -> int:
+def trace_bytes(p: Path) -> int:
+    """The bytes of a trace file as the scan's plans count them: a compressed one at 5 times its size, one that
+    cannot be read 0."""
     try:
         return p.stat().st_size * (5 if p.name.endswith(".zst") else 1)
     except OSError:
         return 0
+
+
+_size = trace_bytes
 
 
 def plan(paths: list[Path], n: int, jobs: int = 0) -> list[list[Path]]:

@@ -45,6 +45,9 @@ class Run:
     native: list[Path] = field(default_factory=list)  # *.lotustrace
     original: list[Path] = field(default_factory=list)  # <prefix>_{main,worker}_pid_<pid>
     kineto: list[Path] = field(default_factory=list)  # torch.profiler Chrome traces
+    # some ranks' files of a larger run, read apart (lotus.analysis.rankmap): that run's clock and loader offsets
+    # (lotus.trace.events.readable_native), so that their times and loader ids are the ones the whole run has
+    whole: tuple | None = None
 
     @property
     def has_trace(self) -> bool:

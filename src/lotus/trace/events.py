@@ -195,6 +195,8 @@ def readable_native(run: Run) -> tuple[list[Path], dict[str, int], dict[Path, in
             good.append(p)
         except InputError as exc:
             _log.warning("%s; file skipped", exc)
+    if getattr(run, "whole", None) is not None:  # a part of a larger run's files: its offsets
+        return good, *run.whole
     return good, clock_offsets(good), loader_offsets(good)
 
 
@@ -231,6 +233,13 @@ def _original_file(acc: Accumulator, path: Path, worker_ids: dict[int, int]) -> 
             role=_ROLES.index(log.role), worker_id=worker_id, rank=0)
     acc.files.append({"path": str(path), "format": "lotustrace-2023", "role": log.role, "pid": log.pid,
                       "rank": 0, "worker_id": worker_id, "events": n, "clean_close": None})
+
+
+def warn_main_and_ranks(files: list[dict], where) -> None:
+    """A run (its files' headers) without a main-process file, or without some ranks' files: say so."""
+    if not any(f["role"] == "main" for f in files):
+        _log.warning("%s: no main-process file: waits and consumption unknown (worker files only)", where)
+    warn_missing_ranks(files, where)
 
 
 def warn_missing_ranks(files: list[dict], where) -> None:
