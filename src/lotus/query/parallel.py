@@ -124,14 +124,12 @@ def scan_parts(paths: list[Path], ctx: ScanContext) -> Iterator[ScanPart]:
         return
 
     ctx = replace(ctx, replay=True)
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     _log.debug("scanning %d files in %d parts on %d processes", len(paths), len(tasks), n)
-    with handoff_dir() as where, multiprocessing.get_context(method).Pool(min(n, len(tasks))) as pool:
-        parts = pool.imap(_scan_and_send, [(t, ctx, where) for t in tasks])
-        import pandas  # noqa: F401 - while the workers scan: the events DataFrame is made next
+    yield from _on_processes(scan_task, [(t, ctx) for t in tasks], min(n, len(tasks)), meanwhile=_import_pandas)
 
-        for got in parts:
-            yield receive(got)
+
+def _import_pandas() -> None:
+    import pandas  # noqa: F401 - while the workers scan: the events DataFrame is made next
 
 
 def task_count(total_bytes: int) -> int:
@@ -167,19 +165,25 @@ def map_tasks(fn, tasks: list, sizes: list[int]) -> Iterator:
         for t in tasks:
             yield fn(t)
         return
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     _log.debug("%d tasks on %d processes", len(tasks), n)
+    yield from _on_processes(fn, tasks, n)
+
+
+def _on_processes(fn, tasks: list, n: int, meanwhile=None) -> Iterator:
+    """``fn(task)`` of each task on a pool of ``n`` forked processes, in order, each result handed back through a
+    file (:mod:`lotus.query.handoff`); ``meanwhile()`` runs here once the tasks are handed out."""
+    import multiprocessing
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     with handoff_dir() as where, multiprocessing.get_context(method).Pool(n) as pool:
-        for got in pool.imap(_call_and_send, [(fn, t, where) for t in tasks]):
+        results = pool.imap(_call_and_send, [(fn, t, where) for t in tasks])
+        if meanwhile is not None:
+            meanwhile()
+        for got in results:
             yield receive(got)
 
 
 def _call_and_send(args):
+    """A task run in a pool's process, its result handed back through a file under ``where``."""
     fn, task, where = args
     return send(fn(task), where)
-
-
-def _scan_and_send(args):
-    """A part scanned in a pool's process, handed back through a file under ``where`` (:mod:`lotus.query.handoff`)."""
-    paths, ctx, where = args
-    return send(scan_task((paths, ctx)), where)
