@@ -29,7 +29,7 @@ case "$verb" in
   install) install ;;
   demo) install; exec .venv/bin/lotus demo "$@" ;;
   test) install; .venv/bin/ruff check src tests benchmarks examples scripts
-        exec .venv/bin/python -m pytest -q -n "${LOTUS_TEST_PROCS:-2}" "$@" ;;
+        exec .venv/bin/python -m pytest -q -n "${LOTUS_TEST_PROCS:-2}" --dist worksteal "$@" ;;  # idle process takes queued tests
   lint) install; exec .venv/bin/ruff check src tests benchmarks examples scripts ;;
   bench) install; exec .venv/bin/python benchmarks/overhead.py "$@" ;;
   *) echo "usage: ./dev.sh demo|test|install|lint|bench [ARGS]" >&2; exit 2 ;;
