@@ -75,15 +75,20 @@ def _threads(c) -> int:
 
 
 def scan_remote(paths: list[Path], ctx: ScanContext) -> ScanPart:
-    """One part, on a worker (:func:`lotus.query.scanplan.scan_task`); a file it cannot read is an
-    :class:`InputError` naming the worker's host."""
+    """One part, on a worker (:func:`lotus.query.scanplan.scan_task`, through :func:`on_worker`)."""
+    return on_worker((paths, ctx), scan_task, paths[0])
+
+
+def on_worker(task, fn, path=None):
+    """``fn(task)`` on a worker; a file it cannot read is an :class:`InputError` naming the worker's host (``path``:
+    the file named when the error names none)."""
     import socket
 
     try:
-        return scan_task((paths, ctx))
+        return fn(task)
     except OSError as exc:
         raise InputError(f"cannot read it on worker {socket.gethostname()} ({exc.strerror or exc}); the "
-                         "workers must see the trace files at the same paths", exc.filename or paths[0]) from None
+                         "workers must see the trace files at the same paths", exc.filename or path or "?") from None
 
 
 def cluster_parts(address: str, paths: list[Path], ctx: ScanContext) -> Iterator[ScanPart]:
@@ -98,28 +103,11 @@ def cluster_parts(address: str, paths: list[Path], ctx: ScanContext) -> Iterator
 
 
 def cluster_map(address: str, fn, tasks: list) -> Iterator:
-    """``fn(task)`` of each of ``tasks`` on the cluster at ``address``, in their order
+    """``fn(task)`` of each of ``tasks`` on the cluster at ``address`` (:func:`on_worker`), in their order
     (:func:`lotus.query.parallel.map_tasks`); failures as the scan's parts' (:func:`_result`)."""
     c = client(address)
     _log.debug("%d tasks on %s", len(tasks), address)
-    yield from _results(c, c.map(_remote(fn), tasks, pure=False, retries=0), address)
-
-
-def _remote(fn):
-    """``fn`` with a file it cannot read on a worker named as :func:`scan_remote` names it."""
-    import functools
-
-    @functools.wraps(fn)
-    def call(task):
-        import socket
-
-        try:
-            return fn(task)
-        except OSError as exc:
-            raise InputError(f"cannot read it on worker {socket.gethostname()} ({exc.strerror or exc}); the "
-                             "workers must see the trace files at the same paths", exc.filename or "?") from None
-
-    return call
+    yield from _results(c, c.map(on_worker, tasks, fn=fn, pure=False, retries=0), address)
 
 
 def _results(c, futures, address: str) -> Iterator:

@@ -82,7 +82,7 @@ def _scan(run: Run, fold: bool, columns=None, op_stats: bool = True, census: boo
     acc, parts = part.acc, part.batch_parts
     if not acc.files:
         raise InputError("no readable trace file", run.path)
-    if getattr(run, "whole", None) is None:  # some ranks of a larger run: it says these of all its files
+    if run.whole is None:  # some ranks of a larger run: it says these of all its files
         warn_main_and_ranks(acc.files, run.path)
     mark_continued(acc.files, stitch(good))
     names = list(acc.names)

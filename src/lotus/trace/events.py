@@ -195,7 +195,7 @@ def readable_native(run: Run) -> tuple[list[Path], dict[str, int], dict[Path, in
             good.append(p)
         except InputError as exc:
             _log.warning("%s; file skipped", exc)
-    if getattr(run, "whole", None) is not None:  # a part of a larger run's files: its offsets
+    if run.whole is not None:  # a part of a larger run's files: its offsets
         return good, *run.whole
     return good, clock_offsets(good), loader_offsets(good)
 
