@@ -172,8 +172,16 @@ def test_profile_measures_few_predicts_all_and_resumes(tmp_path, image_folder):
     probes = {pr["name"]: pr for pr in p.probes}
     assert {"c2-as-is", "c1-warm", "c2-cold"} <= set(probes)
     assert probes["c2-as-is"]["cache_state"] == "as-is" and probes["c2-cold"]["cache_state"] == "cold"
-    for q in measured:  # a measured point shows the probe's own rate
-        assert q.samples_per_s == probes[q.probe]["samples_per_s"]
+    # the control probe: the first probe whose page cache can be set again (c1-warm), measured again at the end
+    ctl = p.control
+    assert ctl["first_probe"] == "c1-warm" and ctl["repeat_probe"] == "c1-warm-control"
+    assert probes["c1-warm-control"]["control_of"] == "c1-warm" and probes["c1-warm-control"]["cpus"] == 1
+    assert ctl["drift"] == pytest.approx(probes["c1-warm-control"]["samples_per_s"] / probes["c1-warm"]["samples_per_s"]
+                                         - 1)
+    assert any(n.startswith("control: 1 CPUs") for n in p.notes)
+    for q in measured:  # a measured point shows the probe's own rate (the control's setting: the two probes' mean)
+        own = probes[q.probe]["samples_per_s"]
+        assert q.samples_per_s == (ctl["pooled_samples_per_s"] if q.probe == "c1-warm" else own)
     assert all(q.samples_per_s and q.samples_per_s > 0 for q in p.matrix)
     d = p.demand
     assert d is not None and d["samples_per_s"] >= 0.95 * d["best_samples_per_s"]

@@ -21,15 +21,15 @@ class SyntheticJob:
     """A launcher serving a synthetic trace of ``workers`` workers on ``cpus`` CPUs; ``hidden``: per-item cost
     x (1 + hidden x (8 - cpus) / 8)."""
 
-    def __init__(self, hidden: float):
-        self.hidden, self.calls = hidden, []
+    def __init__(self, hidden: float, n_batches: int = 48):
+        self.hidden, self.calls, self.n_batches = hidden, [], n_batches
 
     def __call__(self, command, options):
         cpus = len(options.cpus)
         w = options.workers if options.workers is not None else max(cpus - 1, 0)
         self.calls.append((cpus, w))
         slow = 1.0 + self.hidden * (8 - cpus) / 8
-        spec = PipelineSpec(n_batches=48, batch_size=8, n_workers=w, epochs=1, load_ms=2.0 * slow,
+        spec = PipelineSpec(n_batches=self.n_batches, batch_size=8, n_workers=w, epochs=1, load_ms=2.0 * slow,
                             ops_ms={"Decode": 6.0 * slow, "Crop": 1.0 * slow}, collate_ms_per_sample=0.05,
                             step_ms=4.0, jitter=0.05, cpus=cpus, seed=cpus * 100 + w)
         write_native(options.trace_dir, spec)
@@ -41,8 +41,8 @@ def _eight_cpus(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(8)), raising=False)
 
 
-def _profile(tmp_path, hidden, max_probes=6):
-    job = SyntheticJob(hidden)
+def _profile(tmp_path, hidden, max_probes=6, n_batches=48):
+    job = SyntheticJob(hidden, n_batches)
     return sensitivity(["job"], tmp_path / "s", cpus_grid=GRID, max_probes=max_probes, launcher=job), job
 
 
@@ -53,7 +53,8 @@ def test_a_model_that_does_not_hold_is_caught_and_the_cpu_axis_measured(tmp_path
     assert any(c["disagrees"] for c in mc["probes"])
     # every probe after the first carries the model's prediction made before it
     assert p.probes[0].get("predicted_before") is None
-    assert all(pr.get("predicted_before") for pr in p.probes[1:])
+    assert all(pr.get("predicted_before") for pr in p.probes[1:] if not pr.get("control_of"))
+    assert p.probes[-1]["control_of"] == p.probes[0]["name"]  # files unknown: the first probe's "as found" again
     hows = {q.cpus: q.how for q in p.matrix}
     measured = sorted(c for c, h in hows.items() if h == "measured")
     assert len(measured) >= 4 and measured[0] == 1 and measured[-1] == 8
@@ -97,7 +98,7 @@ def test_a_model_that_cannot_be_fitted_leaves_measured_points_only_and_says_so(t
     assert any("the model could not be fitted" in n for n in p.notes)
     assert {q.how for q in p.matrix} <= {"measured", "interpolated", "unknown"}
     assert all(q.samples_per_s is None for q in p.matrix if q.how == "unknown")
-    assert sum(q.how == "measured" for q in p.matrix) == len(p.probes) == 4
+    assert sum(q.how == "measured" for q in p.matrix) == len(p.probes) - 1 == 4  # and the control probe
     assert p.demand is not None and p.demand["how"] in ("measured", "interpolated")
 
 
@@ -131,3 +132,78 @@ def test_interpolation_keeps_the_models_shape_at_the_measurements_level():
     m = [Point(1, 0, 100, True, how="measured"), Point(2, 0, None, False), Point(3, 0, 300, True, how="measured")]
     interpolate(m)
     assert m[1].samples_per_s == pytest.approx(200)
+
+
+class DriftingHost(SyntheticJob):
+    """By the time of the control probe the host slows every step and item by ``factor`` (or the control fails)."""
+
+    def __init__(self, factor: float, fail_control: bool = False, n_batches: int = 48):
+        super().__init__(0.0, n_batches)
+        self.factor, self.fail_control = factor, fail_control
+
+    def __call__(self, command, options):
+        control = options.trace_dir.name.endswith("-control")
+        if self.fail_control and control:
+            options.trace_dir.mkdir(parents=True, exist_ok=True)
+            return Probe(list(command), options.trace_dir, 3, wall_s=1.0, cpus=options.cpus, workers=options.workers)
+        if not control:
+            return super().__call__(command, options)
+        cpus = len(options.cpus)
+        w = options.workers if options.workers is not None else max(cpus - 1, 0)
+        self.calls.append((cpus, w))
+        f = self.factor
+        spec = PipelineSpec(n_batches=self.n_batches, batch_size=8, n_workers=w, epochs=1, load_ms=2.0 * f,
+                            ops_ms={"Decode": 6.0 * f, "Crop": 1.0 * f}, collate_ms_per_sample=0.05 * f,
+                            step_ms=4.0 * f, jitter=0.05, cpus=cpus, seed=cpus * 100 + w)
+        write_native(options.trace_dir, spec)
+        return Probe(list(command), options.trace_dir, 0, wall_s=5.0, cpus=options.cpus, workers=w)
+
+
+def test_a_steady_host_the_control_finds_steady_and_nothing_widens(tmp_path):
+    p, job = _profile(tmp_path, hidden=0.0, max_probes=3)
+    ctl = p.control
+    assert ctl is not None and not ctl["apart"] and ctl["drift"] == pytest.approx(0.0)
+    assert ctl["first_probe"] == p.probes[0]["name"] and p.probes[-1]["name"] == f"{ctl['first_probe']}-control"
+    assert len(job.calls) == len(p.probes) and job.calls[-1] == job.calls[0]  # the search's probes, the control
+    by = {pr["name"]: pr for pr in p.probes}
+    for q in p.matrix:
+        if q.how == "measured" and q.probe != ctl["first_probe"]:
+            assert q.ci95 == by[q.probe]["ci95"]  # nothing widened
+    assert any("no change of the host's pace shown" in n for n in p.notes)
+
+
+def test_a_host_whose_pace_moves_widens_every_interval_and_says_so(tmp_path):
+    steady, _ = _profile(tmp_path / "a", hidden=0.0, max_probes=3, n_batches=480)
+    job = DriftingHost(factor=1.3, n_batches=480)  # the control probe runs 1.3x slower
+    p = sensitivity(["job"], tmp_path / "b", cpus_grid=GRID, max_probes=3, launcher=job)
+    ctl = p.control
+    assert ctl["apart"] and ctl["drift"] < -0.15 and ctl["run_rel_sd"] > 0.05
+    first = p.probes[0]
+    cell = next(q for q in p.matrix if q.probe == first["name"])
+    assert cell.samples_per_s == pytest.approx(ctl["pooled_samples_per_s"]) and cell.ci95 == ctl["pooled_ci95"]
+    assert cell.samples_per_s < first["samples_per_s"] and "the mean of" in cell.note
+    before = {(q.cpus, q.cache_gb): q for q in steady.matrix}
+    widened = 0
+    for q in p.matrix:  # the same search as the steady host's up to the control: every interval now wider
+        b = before[(q.cpus, q.cache_gb)]
+        iv, ib = (q.ci95 or q.pi95), (b.ci95 or b.pi95)
+        if q.probe == first["name"] or not iv or not ib:
+            continue
+        if q.how == "measured":
+            assert q.samples_per_s == b.samples_per_s
+            assert iv[1] - iv[0] > 2 * (ib[1] - ib[0])
+            widened += 1
+    assert widened >= 1
+    assert any("the host's pace moved" in n for n in p.notes)
+    assert p.to_dict()["control"]["note"].startswith("control: 8 CPUs")
+
+
+def test_no_control_and_a_failed_control(tmp_path):
+    job = SyntheticJob(0.0)
+    p = sensitivity(["job"], tmp_path / "a", cpus_grid=GRID, max_probes=3, launcher=job, control=False)
+    assert p.control is None and len(job.calls) == len(p.probes) and not any(n.startswith("control") for n in p.notes)
+    bad = DriftingHost(factor=1.0, fail_control=True)
+    q = sensitivity(["job"], tmp_path / "b", cpus_grid=GRID, max_probes=3, launcher=bad)
+    assert q.control is None and q.probes[-1]["exit_code"] == 3
+    assert any(n.startswith("the control probe c8-as-is-control failed: exit code 3") for n in q.notes)
+    assert [m.samples_per_s for m in q.matrix] == [m.samples_per_s for m in p.matrix]

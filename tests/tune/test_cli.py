@@ -29,13 +29,18 @@ def test_tune_end_to_end_json(tmp_path):
     assert {"best", "samples_per_s", "baseline_samples_per_s", "probes", "seconds"} <= set(doc)
     assert set(doc["best"]) == {"num_workers", "prefetch_factor", "pin_memory", "persistent_workers"}
     probes = doc["probes"]
-    assert 2 <= len(probes) <= 6 and probes[0]["phase"] == "baseline"
-    base = probes[0]
+    assert 3 <= len(probes) <= 7 and probes[0]["phase"] == "baseline"
+    base, ctl = probes[0], doc["control"]
     assert base["settings"]["num_workers"] == 1 and base["samples_per_s"] > 0 and not base["failed"]
-    assert doc["baseline_samples_per_s"] == base["samples_per_s"]
-    # the best was measured: one probe ran with its num_workers and gave its samples/s
+    # the control: the job's own settings measured again at the end (on top of --max-probes); the baseline's rate
+    # is the mean of the two
+    assert probes[-1]["phase"] == "control" and probes[-1]["settings"] == base["settings"]
+    assert ctl["first_probe"] == base["name"] and ctl["repeat_probe"] == probes[-1]["name"]
+    assert ctl["seconds_apart"] > 0 and any(n.startswith("control: the job's own settings") for n in doc["notes"])
+    assert doc["baseline_samples_per_s"] == pytest.approx((base["samples_per_s"] + probes[-1]["samples_per_s"]) / 2)
+    # the best was measured: one probe ran with its num_workers and gave its samples/s (the job's own: the mean)
     assert any(p["samples_per_s"] == doc["samples_per_s"] and p["settings"]["num_workers"] == doc["best"]["num_workers"]
-               for p in probes)
+               for p in probes) or doc["samples_per_s"] == doc["baseline_samples_per_s"]
     assert doc["samples_per_s"] >= doc["baseline_samples_per_s"]
     assert any(p["phase"] == "num_workers" for p in probes)
     assert all(Path(p["trace_dir"]).parent == out for p in probes)
@@ -47,7 +52,7 @@ def test_tune_end_to_end_json(tmp_path):
     assert [p["in_series"] for p in series] == list(range(len(series))) and len(series) >= 2
     pids = {json.loads(f.read_text())["pid"] for p in series for f in Path(p["trace_dir"]).glob("lotus-steps-*")}
     assert len(pids) == 1
-    assert all(p["phase"] == "persistent_workers" for p in probes if p["in_series"] is None)
+    assert all(p["phase"] in ("persistent_workers", "control") for p in probes if p["in_series"] is None)
 
 
 @pytest.mark.timeout(150)
@@ -69,11 +74,13 @@ def test_crashing_probes_are_marked_and_tuning_goes_on(tmp_path):
     # --crash-if-forced fails at start-up: a process of its own a probe
     r = tune([sys.executable, JOB, "--crash-if-forced"], out=tmp_path / "t", steps=8, max_probes=3,
              only=("num_workers",), one_process=False)
-    base, *rest = r.probes
+    base, *rest, ctl = r.probes
     assert not base.failed and base.samples_per_s > 0
     assert len(rest) == 2 and all(p.failed and p.exit_code == 3 for p in rest)
     assert all("refusing num_workers" in p.stderr_tail for p in rest)
-    assert r.best.num_workers == 1 and r.samples_per_s == base.samples_per_s  # the job's own, the only one that ran
+    assert ctl.phase == "control" and not ctl.failed  # the job's own settings again: they run
+    # the job's own, the only one that ran: the mean of its two probes
+    assert r.best.num_workers == 1 and r.samples_per_s == pytest.approx((base.samples_per_s + ctl.samples_per_s) / 2)
     # the report of the directory shows each failed probe's stderr, and why every probe ended
     from lotus.analysis.report import build_report, render_html
     from lotus.analysis.runs import load_configs

@@ -12,7 +12,7 @@ from .fakes import CPUS, FakeJob, fitter, truth
 
 
 def _tune(job, **kw):
-    opts = TuneOptions(budget_minutes=None, steps=20, **kw)
+    opts = TuneOptions(budget_minutes=None, steps=20, **{"control": False, **kw})
     return run_tuning(job, fitter(), cpus=CPUS, options=opts, clock=job.clock)
 
 
@@ -60,7 +60,7 @@ def test_prefetch_not_tried_when_batches_arrive_in_time():
 
     job = FakeJob(wait_share=0.01)
     r = run_tuning(job, lambda ms: Flat(), cpus=CPUS, clock=job.clock,
-                   options=TuneOptions(budget_minutes=None, only=("num_workers", "prefetch_factor")))
+                   options=TuneOptions(budget_minutes=None, only=("num_workers", "prefetch_factor"), control=False))
     assert not _phase(r, "prefetch_factor") and r.best.prefetch_factor == 2
     assert any(n.startswith("prefetch_factor: kept at 2") for n in r.notes)
 
@@ -134,7 +134,7 @@ def test_never_recommends_what_measured_slower_than_the_job():
         return m
 
     r = run_tuning(slower_when_persistent, fitter(), cpus=CPUS, clock=job.clock,
-                   options=TuneOptions(budget_minutes=None, only=("num_workers", "persistent_workers")))
+                   options=TuneOptions(budget_minutes=None, only=("num_workers", "persistent_workers"), control=False))
     assert r.samples_per_s == r.baseline_samples_per_s and r.best.num_workers == 6
     assert any("nothing measured faster" in n for n in r.notes)
 

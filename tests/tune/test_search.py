@@ -10,7 +10,7 @@ from lotus.tune.types import LoaderSettings, TuneError
 
 from .fakes import CPUS, FakeJob, fitter, optimistic, truth
 
-WORKERS = TuneOptions(only=("num_workers",), budget_minutes=None)
+WORKERS = TuneOptions(only=("num_workers",), budget_minutes=None, control=False)  # the control: test_control.py
 
 
 def _tune(job, fit=None, options=WORKERS):
@@ -95,7 +95,7 @@ def test_noisy_probes_still_land_near_the_optimum():
 
 def test_respects_the_time_budget():
     job = FakeJob(wall_s=30.0)
-    opts = TuneOptions(only=("num_workers",), budget_minutes=2.0)
+    opts = TuneOptions(only=("num_workers",), budget_minutes=2.0, control=False)
     r = _tune(job, fitter(shape=lambda w: 100.0 + 40 * w, learn_after=99), opts)
     assert r.seconds <= 120.0
     assert len(r.probes) == 4 and r.stopped == "budget spent"
@@ -104,7 +104,7 @@ def test_respects_the_time_budget():
 
 def test_respects_the_probe_cap():
     r = _tune(FakeJob(), fitter(scale=0.7),  # a model 30% low: its neighbours need probes
-              options=TuneOptions(only=("num_workers",), max_probes=2, budget_minutes=None))
+              options=TuneOptions(only=("num_workers",), max_probes=2, budget_minutes=None, control=False))
     assert len(r.probes) == 2 and r.stopped == "budget spent"
 
 
@@ -254,7 +254,8 @@ def test_a_choice_the_probes_cannot_settle_says_so():
     ok = _tune(FakeJob(ci_rel=0.01), fitter(scale=0.7))
     assert ok.settled is True and ok.unsettled_workers == [] and not any("not settled" in n for n in ok.notes)
     # num_workers not searched: nothing to say
-    off = _tune(FakeJob(ci_rel=0.01), options=TuneOptions(only=("prefetch_factor",), budget_minutes=None))
+    off = _tune(FakeJob(ci_rel=0.01),
+                options=TuneOptions(only=("prefetch_factor",), budget_minutes=None, control=False))
     assert off.settled is None and off.to_dict()["settled"] is None
 
 
@@ -265,3 +266,59 @@ def test_unsettled_lists_the_counts_that_may_beat_the_choice():
     assert unsettled(measured, {4: (880.0, 946.0), 8: (780.0, 826.0), 16: (790.0, 840.0)}, 4) == []
     assert unsettled(measured, {4: (880.0, 946.0), 8: (500.0, 1100.0), 16: (790.0, 840.0)}, 4) == [8]
     assert unsettled(measured, {}, 4) == []  # no intervals: nothing to say
+
+
+class _Drifting:
+    """The fake job whose pace moved by ``factor`` by the time of the control probe (or whose control fails)."""
+
+    def __init__(self, job, factor: float, fail: bool = False):
+        self.job, self.factor, self.fail, self.clock = job, factor, fail, job.clock
+
+    def __call__(self, settings, phase, steps=None, **kw):
+        m = self.job(settings, phase, steps, **kw)
+        if phase == "control":
+            if self.fail:
+                m.exit_code, m.samples_per_s = 1, None
+            else:
+                m.samples_per_s *= self.factor
+                m.ci95 = tuple(v * self.factor for v in m.ci95)
+        return m
+
+
+CONTROL = TuneOptions(only=("num_workers",), budget_minutes=None)
+
+
+def test_the_control_probe_repeats_the_job_own_settings_and_pools_the_baseline():
+    job = FakeJob(ci_rel=0.02)
+    r = _tune(job, options=CONTROL)
+    assert r.probes[-1].phase == "control" and r.probes[-1].settings == r.probes[0].settings
+    assert job.calls[-1][1] == job.calls[0][1]  # the job's own settings, nothing forced
+    ctl = r.control
+    assert ctl["drift"] == pytest.approx(0.0) and not ctl["apart"]
+    assert r.baseline_samples_per_s == pytest.approx(truth(2)) and r.best.num_workers == 6
+    assert r.samples_per_s == pytest.approx(truth(6)) and r.ci95 == pytest.approx((truth(6) * 0.98, truth(6) * 1.02))
+    assert any("no change of the host's pace shown" in n for n in r.notes)
+    assert r.to_dict()["control"] == ctl
+
+
+def test_a_pace_that_moved_widens_the_answer_and_says_when_it_cannot_tell():
+    r = _tune(_Drifting(FakeJob(ci_rel=0.02), 0.6), options=CONTROL)
+    ctl = r.control
+    assert ctl["apart"] and ctl["drift"] == pytest.approx(-0.4) and ctl["run_rel_sd"] > 0.2
+    assert r.baseline_samples_per_s == pytest.approx(truth(2) * 0.8)  # the mean of 1.0x and 0.6x
+    lo, hi = r.ci95
+    assert r.samples_per_s == pytest.approx(truth(6)) and hi - lo > 5 * 0.04 * truth(6)
+    assert any("the host's pace moved" in n for n in r.notes)
+    assert any("cannot be told apart from the job's own" in n for n in r.notes)
+    small = _tune(_Drifting(FakeJob(ci_rel=0.005), 0.95), options=CONTROL)  # 5% drift: still a clear gain
+    assert small.control["apart"] and not any("cannot be told apart" in n for n in small.notes)
+
+
+def test_a_failed_control_or_no_time_for_it_leaves_the_rates_as_measured():
+    r = _tune(_Drifting(FakeJob(ci_rel=0.02), 1.0, fail=True), options=CONTROL)
+    assert r.control is None and r.probes[-1].failed and r.baseline_samples_per_s == pytest.approx(truth(2))
+    assert any(n.startswith("the control probe p") and "failed (exit code 1)" in n for n in r.notes)
+    job = FakeJob(ci_rel=0.02)
+    r = _tune(job, options=TuneOptions(only=("num_workers",), budget_minutes=0.4))  # 10-s probes in 24 s
+    assert r.control is None and all(p.phase != "control" for p in r.probes)
+    assert any(n.startswith("no control probe: the time budget is spent") for n in r.notes)

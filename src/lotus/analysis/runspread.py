@@ -4,12 +4,15 @@ One run's hand-offs cannot show how much separate runs of the same job differ (C
 neighbours on the host): :func:`default_run_spread` is added to every reported rate
 (:mod:`lotus.analysis.throughput`), :func:`run_spread` measures it from repeats, :func:`with_run_spread` adds it
 to a :class:`lotus.analysis.steady.SteadyRate`'s interval. :func:`combine` sums independent rates (ranks side by
-side) with their intervals. The within-run estimator is :mod:`lotus.analysis.steady`.
+side) with their intervals. :func:`control_check` reads a search's control probe (its first setting measured
+again at its end, :class:`Control`): how far the host's pace moved meanwhile, and the spread every rate of that
+search then carries. The within-run estimator is :mod:`lotus.analysis.steady`.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -50,10 +53,14 @@ def run_spread(rates) -> tuple[float | None, int]:
     vals = [r for r in rates if r.samples_per_s and r.se is not None]
     if len(vals) < 2:
         return None, 0
-    x = np.array([r.samples_per_s for r in vals])
-    within = float(np.mean([r.se ** 2 for r in vals]))
-    between = float(np.var(x, ddof=1))
-    return math.sqrt(max(between - within, 0.0)) / float(x.mean()), len(vals) - 1
+    return _beyond_within([r.samples_per_s for r in vals], [r.se for r in vals]), len(vals) - 1
+
+
+def _beyond_within(rates, ses) -> float:
+    """Relative sd between runs beyond their own standard errors: ``var(between) - mean(se^2)``, floored at 0."""
+    x = np.array(rates, dtype=float)
+    within = float(np.mean(np.square(ses)))
+    return math.sqrt(max(float(np.var(x, ddof=1)) - within, 0.0)) / float(x.mean())
 
 
 def with_run_spread(r: SteadyRate, rel_sd: float | None, dof: int) -> SteadyRate:
@@ -71,6 +78,103 @@ def with_run_spread(r: SteadyRate, rel_sd: float | None, dof: int) -> SteadyRate
     hw = t975(max(int(df), 1)) * math.sqrt(v)
     return replace(r, ci95=(max(r.samples_per_s - hw, 0.0), r.samples_per_s + hw), se=math.sqrt(v),
                    dof=max(int(df), 1), run_rel_sd=rel_sd, within_ci95=r.ci95)
+
+
+Z95 = 1.96
+
+
+@dataclass
+class Reading:
+    """One probe's rate as a search recorded it: ``within_rel_halfwidth`` is the 95% half-width of the run alone
+    (before the run-to-run spread, :func:`lotus.analysis.throughput.throughput`'s), ``at_s`` when it started."""
+
+    name: str
+    samples_per_s: float
+    ci95: tuple[float, float] | list[float] | None = None
+    within_rel_halfwidth: float | None = None
+    at_s: float | None = None
+
+    def se(self, default_rel_sd: float) -> float:
+        """Standard error of the run alone: from its within-run half-width, else its interval less the default
+        run-to-run spread (in quadrature)."""
+        if self.within_rel_halfwidth is not None:
+            return self.within_rel_halfwidth * self.samples_per_s / Z95
+        if not self.ci95:
+            return 0.0
+        hw = (self.ci95[1] - self.ci95[0]) / 2 / Z95
+        return math.sqrt(max(hw ** 2 - (default_rel_sd * self.samples_per_s) ** 2, 0.0))
+
+
+@dataclass
+class Control:
+    """A search's first setting measured again at its end (a control probe). ``drift``: repeat / first - 1;
+    ``apart``: the two differ by more than their own (within-run) intervals allow; ``pair_rel_sd``: the spread
+    between runs the pair shows beyond those intervals (one pair: a rough measure, 0 when within them);
+    ``run_rel_sd``: the spread every rate of the search carries from now on, the larger of it and the default
+    (:func:`default_run_spread`, already in each probe's interval)."""
+
+    setting: str
+    first_probe: str
+    repeat_probe: str
+    first_samples_per_s: float
+    repeat_samples_per_s: float
+    first_ci95: list[float] | None
+    repeat_ci95: list[float] | None
+    seconds_apart: float | None
+    drift: float
+    apart: bool
+    pair_rel_sd: float
+    run_rel_sd: float
+    default_rel_sd: float
+    pooled_samples_per_s: float
+    pooled_ci95: list[float]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "note": self.note()}
+
+    @property
+    def widens(self) -> bool:
+        return self.run_rel_sd > self.default_rel_sd
+
+    def widen(self, rate: float | None, interval) -> list[float] | None:
+        """``interval`` (around ``rate``) with the spread beyond the default added in quadrature on each side."""
+        if not rate or not interval or not self.widens:
+            return list(interval) if interval else interval
+        extra = Z95 * rate * math.sqrt(self.run_rel_sd ** 2 - self.default_rel_sd ** 2)
+        lo, hi = interval
+        return [max(rate - math.hypot(max(rate - lo, 0.0), extra), 0.0), rate + math.hypot(max(hi - rate, 0.0), extra)]
+
+    def note(self) -> str:
+        when = f" {self.seconds_apart:.0f} s later" if self.seconds_apart is not None else " at the end"
+        head = (f"control: {self.setting} measured again{when} ({self.repeat_probe}): "
+                f"{self.repeat_samples_per_s:,.1f} samples/s against {self.first_samples_per_s:,.1f} first "
+                f"({self.drift:+.1%})")
+        if not self.apart:
+            return head + ": within the two probes' own intervals, no change of the host's pace shown"
+        return (head + f": beyond both probes' own intervals, the host's pace moved; rates measured at different "
+                f"moments of this search differ by about that much, so every rate and interval here carries a "
+                f"run-to-run spread of {self.run_rel_sd:.1%} (sd, from this one pair: a rough measure) instead of "
+                f"{self.default_rel_sd:.1%}; the setting's rate is the two probes' mean")
+
+
+def control_check(first: Reading, repeat: Reading, setting: str) -> Control | None:
+    """The control pair read (see :class:`Control`); None when either has no rate."""
+    if not first.samples_per_s or not repeat.samples_per_s:
+        return None
+    d0 = default_run_spread()
+    se1, se2 = first.se(d0), repeat.se(d0)
+    r1, r2 = first.samples_per_s, repeat.samples_per_s
+    apart = abs(r2 - r1) > Z95 * math.hypot(se1, se2)
+    pair = _beyond_within([r1, r2], [se1, se2]) if apart else 0.0
+    spread = max(pair, d0)
+    mean = (r1 + r2) / 2
+    hw = Z95 * math.sqrt((se1 ** 2 + se2 ** 2) / 4 + (spread * mean) ** 2 / 2)
+    apart_s = repeat.at_s - first.at_s if first.at_s is not None and repeat.at_s is not None else None
+    return Control(setting=setting, first_probe=first.name, repeat_probe=repeat.name, first_samples_per_s=r1,
+                   repeat_samples_per_s=r2, first_ci95=list(first.ci95) if first.ci95 else None,
+                   repeat_ci95=list(repeat.ci95) if repeat.ci95 else None, seconds_apart=apart_s,
+                   drift=r2 / r1 - 1, apart=apart, pair_rel_sd=pair, run_rel_sd=spread, default_rel_sd=d0,
+                   pooled_samples_per_s=mean, pooled_ci95=[max(mean - hw, 0.0), mean + hw])
 
 
 def combine(rates: list[SteadyRate]) -> tuple[float | None, tuple[float, float] | None]:

@@ -38,6 +38,13 @@ def probe_options(steps_default: int = PROBE_CAP_STEPS):
     return deco
 
 
+def control_option(f):
+    """``--control/--no-control``: after a search, its first setting measured again (how far the host's pace moved)."""
+    return click.option("--control/--no-control", "control", default=True, show_default=True,
+                        help="After the search, measure its first setting again: how far the host's pace moved "
+                             "meanwhile, added to every interval (one probe on top of --max-probes).")(f)
+
+
 def rate_text(rate: float | None, ci95=None, unit: str = "samples/s") -> str:
     """'1,234.5 samples/s (95% CI 1,201.0-1,268.0)'; 'n/a' without a rate."""
     if rate is None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lotus.commands._params import fail, failed_probe_lines, probe_options, rate_text
+from lotus.commands._params import control_option, fail, failed_probe_lines, probe_options, rate_text
 
 
 def _list(kind, what: str):
@@ -37,10 +37,11 @@ def _list(kind, what: str):
               help="Probes' traces and results (default lotus-runs/sensitivity-<script>-<time>/); rerun into the "
                    "same directory to resume.")
 @click.option("--fig", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Heatmap (PNG/SVG/PDF).")
+@control_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def sensitivity(steps, precision, max_seconds, cpus_grid, cache_gb, target, max_probes, max_minutes, timeout_s, out,
-                fig, as_json, command) -> None:
+                fig, control, as_json, command) -> None:
     """Throughput of COMMAND over CPU counts x page-cache sizes: a few probes measured, the rest predicted.
 
     Prints the matrix (measured points marked) and the job's demand vector: the fewest CPUs and GB of
@@ -74,7 +75,8 @@ def sensitivity(steps, precision, max_seconds, cpus_grid, cache_gb, target, max_
     try:
         profile = run_profile(command, out, steps=steps, precision=precision or None, max_seconds=max_seconds,
                               cpus_grid=cpus_grid, cache_grid_gb=cache_gb, target=target,
-                              max_probes=max_probes, max_minutes=max_minutes, timeout_s=timeout_s, progress=progress)
+                              max_probes=max_probes, max_minutes=max_minutes, timeout_s=timeout_s, progress=progress,
+                              control=control)
     except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
     doc = profile.to_dict()
@@ -121,14 +123,17 @@ def _print(doc: dict, out: Path, fig_path: Path) -> None:
             cells.append(("-" if not v else f"{v:,.0f}") + (mark if r else " "))
         click.echo(f"  {g:>9g} " + "".join(f"{cell:>12s}" for cell in cells))
     measured = [r for r in rows if r["measured"]]
+    ctl = doc.get("control") or {}
     if measured:
         click.echo("  measured points (shown as measured; the model's worker count beside when it differs):")
         for r in sorted(measured, key=lambda r: (r["cpus"], r["cache_gb"])):
             model = r.get("model_num_workers")
             other = (f"; the model's best is {model} workers ({r['predicted_samples_per_s']:,.0f} predicted)"
                      if model is not None and model != r["num_workers"] and r.get("predicted_samples_per_s") else "")
+            twice = (f" (the mean of {ctl['first_probe']} and {ctl['repeat_probe']})"
+                     if ctl and r.get("probe") == ctl["first_probe"] else "")
             click.echo(f"    {r['cpus']} CPUs, {r['num_workers']} workers, page cache {r.get('cache_state') or '-'}: "
-                       f"{rate_text(r['samples_per_s'], r.get('ci95'))}{other}")
+                       f"{rate_text(r['samples_per_s'], r.get('ci95'))}{twice}{other}")
     _probes(doc["probes"], doc.get("model_check"))
     d = doc["demand"]
     if d:

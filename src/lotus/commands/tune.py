@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lotus.commands._params import cpus_option, failed_probe_lines, probe_options, rate_text
+from lotus.commands._params import control_option, cpus_option, failed_probe_lines, probe_options, rate_text
 
 _KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
 
@@ -43,10 +43,11 @@ def _only(ctx, param, value):
 @click.option("--one-process/--process-per-probe", "one_process", default=True, show_default=True,
               help="Run the probes one after the other in the job's one process (start-up paid once; an "
                    "epoch-crossing probe, or a job that ended, gets a process of its own).")
+@control_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def tune(steps, precision, max_seconds, cpus, budget_minutes, max_probes, max_workers, tolerance, min_gain, only,
-         timeout_s, one_process, out, as_json, command) -> None:
+         timeout_s, one_process, out, control, as_json, command) -> None:
     """Find the DataLoader settings of COMMAND that maximise samples/s.
 
     One probe of the job as it is, then the throughput model proposes num_workers and short probes
@@ -73,7 +74,8 @@ def tune(steps, precision, max_seconds, cpus, budget_minutes, max_probes, max_wo
         result = run_tune(list(command), out=out, steps=steps, precision=precision or None, max_seconds=max_seconds,
                           cpus=cpus, budget_minutes=budget_minutes,
                           max_probes=max_probes, max_workers=max_workers, tolerance=tolerance, min_gain=min_gain,
-                          only=only, timeout_s=timeout_s, progress=progress, one_process=one_process)
+                          only=only, timeout_s=timeout_s, progress=progress, one_process=one_process,
+                          control=control)
     except CommandNotFound as exc:
         click.echo(f"lotus: {exc}", err=True)
         raise click.exceptions.Exit(127) from None

@@ -59,13 +59,14 @@ class Profile:
     seconds: float = 0.0
     full_sweep_estimate_s: float | None = None
     model_check: dict | None = None  # lotus.model.check.ModelCheck of the probes (leave-one-probe-out)
+    control: dict | None = None  # lotus.analysis.runspread.Control: the first setting measured again at the end
 
     def to_dict(self) -> dict:
         return {"command": self.command, "cpus_grid": self.cpus_grid, "cache_grid_gb": self.cache_grid_gb,
                 "dataset_bytes": self.dataset_bytes, "target": self.target,
                 "matrix": [vars(p) for p in self.matrix], "demand": self.demand, "probes": self.probes,
                 "notes": self.notes, "seconds": self.seconds, "full_sweep_estimate_s": self.full_sweep_estimate_s,
-                "model_check": self.model_check,
+                "model_check": self.model_check, "control": self.control,
                 "share_of_full_sweep": self.seconds / self.full_sweep_estimate_s if self.full_sweep_estimate_s
                 else None}
 
@@ -87,7 +88,7 @@ class _Prober:
         self.log: list[dict] = []
 
     def run(self, name: str, cpus: int, cache: str | float, *, workers: int | None = None,
-            list_files: bool = False) -> dict | None:
+            list_files: bool = False, control_of: str | None = None) -> dict | None:
         trace = self.out / name
         done = _finished(trace)
         if done is None:
@@ -95,6 +96,7 @@ class _Prober:
                 return None
             workers = mx.default_workers(cpus) if workers is None else workers
             self.progress(f"{name} ({workers} workers)")
+            started = time.time()
             self._set_cache(cache)
             probe = self.launcher(self.command, LaunchOptions(
                 trace_dir=trace, steps=self.steps, precision=self.precision,
@@ -107,7 +109,9 @@ class _Prober:
             done = {"name": name, "trace_dir": str(trace), "cpus": cpus, "cache": cache,
                     "cache_state": label if self.files else mx.FILES_UNKNOWN,
                     "num_workers": workers, "exit_code": probe.exit_code, "wall_s": probe.wall_s,
-                    "samples_per_s": s.get("samples_per_s"), "ci95": s.get("ci95"), "stopped_by": probe.stopped_by,
+                    "samples_per_s": s.get("samples_per_s"), "ci95": s.get("ci95"),
+                    "within_rel_halfwidth": s.get("within_rel_halfwidth"), "started_unix_s": started,
+                    "control_of": control_of, "stopped_by": probe.stopped_by,
                     "note": s.get("note") or (None if s.get("traced") else s.get("reason")), "reused": False,
                     "stderr_tail": probe.stderr_tail()[-1500:] if probe.exit_code else ""}
             (trace / "lotus-probe.json").write_text(json.dumps(done))
@@ -153,9 +157,10 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
                 cache_grid_gb: list[float] | None = None, target: float = 0.95,
                 max_probes: int = 6, max_minutes: float = 30.0, timeout_s: float | None = None,
                 progress=None, precision: float | None = 0.03, max_seconds: float | None = 90.0,
-                launcher=None) -> Profile:
+                launcher=None, control: bool = True) -> Profile:
     """Profile ``command`` (see the module doc). InputError for a CPU grid outside this process's CPUs or a
-    negative cache size. ``launcher``: :func:`lotus.launch.launch` (a replay of recorded probes in tests)."""
+    negative cache size. ``launcher``: :func:`lotus.launch.launch` (a replay of recorded probes in tests).
+    ``control``: after the search, measure its first settable setting again (on top of ``max_probes``)."""
     from lotus.model import load_run
 
     t0 = time.monotonic()
@@ -257,11 +262,28 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
             break
     chk = search.check
     profile.model_check = chk.to_dict() if chk is not None else None
+    why = ""
+    if control:
+        ctl, why = _control(prober)
+        if ctl is not None:
+            profile.control = ctl.to_dict()
+            before = profile.demand
+            profile.matrix = _matrix(search, grid, profile, hits, failed, measured, chk)
+            _apply_control(profile.matrix, ctl)
+            order_notes = mx.monotone(profile.matrix)
+            profile.demand = mx.demand(profile.matrix, target)
+            why = ctl.note()
+            if before and profile.demand and (before["cpus"], before["cache_gb"]) != \
+                    (profile.demand["cpus"], profile.demand["cache_gb"]):
+                why += (f"; with the control the demand moved from {before['cpus']} CPUs, {before['cache_gb']:g} GB "
+                        f"to {profile.demand['cpus']} CPUs, {profile.demand['cache_gb']:g} GB "
+                        f"({profile.demand['how']})")
     if search.unfit is not None:
         profile.notes.append(f"the model could not be fitted ({search.unfit}): measured points only, the others "
                              "interpolated between measured CPU counts or unknown")
     doubt = mx.demand_doubt(profile.matrix, profile.demand, target)
-    profile.notes += [stop, *(chk.notes if chk is not None else []), *order_notes, *([doubt] if doubt else [])]
+    profile.notes += [stop, *([why] if why else []), *(chk.notes if chk is not None else []), *order_notes,
+                      *([doubt] if doubt else [])]
     if chk is not None and chk.holds is False:
         left = [p for p in profile.matrix if p.how == "predicted"]
         if left:
@@ -291,6 +313,43 @@ def _matrix(search: ProbeFit, grid, profile: Profile, hits, failed, measured, ch
         mx.interpolate(matrix)
     mx.with_interval(matrix, chk.prediction_interval if chk is not None else None)
     return matrix
+
+
+def _control(prober: _Prober):
+    """(Control, its note) of the search's first probe whose page-cache state can be set again (the first probe's
+    "as found" cannot once the dataset's files are known), measured again now; (None, why not)."""
+    from lotus.analysis.runspread import control_check
+
+    done = [p for p in prober.log if _ok(p) and not p.get("control_of")]
+    ref = next((p for p in done if p["cache"] != "as-is" or not prober.files), None)
+    if ref is None:
+        return None, "no control probe: no successful probe ran with a page-cache state that can be set again"
+    rep = prober.run(f"{ref['name']}-control", ref["cpus"], ref["cache"], workers=ref["num_workers"],
+                     control_of=ref["name"])
+    if rep is None:
+        return None, "no control probe: the time budget is spent"
+    if not _ok(rep):
+        return None, f"the control probe {rep['name']} failed: {_failure(rep)}; the search's rates stand as measured"
+    setting = f"{ref['cpus']} CPUs, {ref['num_workers']} workers, page cache {ref.get('cache_state') or ref['cache']}"
+    ctl = control_check(_reading(ref), _reading(rep), setting)
+    return (ctl, "") if ctl is not None else (None, "no control probe: it measured no rate")
+
+
+def _reading(p: dict):
+    from lotus.analysis.runspread import Reading
+
+    return Reading(p["name"], p["samples_per_s"], p.get("ci95"), p.get("within_rel_halfwidth"), p.get("started_unix_s"))
+
+
+def _apply_control(matrix: list[mx.Point], ctl) -> None:
+    """The control's setting shows the two probes' mean; every interval carries the spread the pair showed."""
+    for p in matrix:
+        if p.probe == ctl.first_probe and p.measured:
+            p.samples_per_s, p.ci95 = ctl.pooled_samples_per_s, ctl.pooled_ci95
+            p.note = "; ".join(filter(None, [p.note, f"the mean of {ctl.first_probe} and {ctl.repeat_probe}"]))
+            continue
+        p.ci95 = ctl.widen(p.samples_per_s, p.ci95)
+        p.pi95 = ctl.widen(p.samples_per_s, p.pi95)
 
 
 def _ok(p: dict) -> bool:

@@ -39,6 +39,7 @@ class TuneOptions:
     min_gain: float = 0.02  # a setting other than the job's own must gain this much (measured)
     only: tuple[str, ...] = SETTINGS  # which settings to tune
     cross_max_steps: int | None = None  # an epoch-crossing probe may have this many steps (default 3x steps)
+    control: bool = True  # at the end, the job's own settings measured again (on top of max_probes, within the time)
 
 
 def run_tuning(probe: Callable[..., Measurement], fit: Callable[[list[Measurement]], object], *, cpus: float,
@@ -81,6 +82,17 @@ def run_tuning(probe: Callable[..., Measurement], fit: Callable[[list[Measuremen
         short = min(o.steps, CROSS_STEPS)  # an epoch-crossing probe runs a fixed length, not to a precision
         cur, gain = tune_persistent(s, cur, steps=short, cross_max_steps=o.cross_max_steps or 3 * short)
     best = _complete(cur.effective)
+    rate, ci, base_rate, base_ci = cur.measurement.samples_per_s, cur.measurement.ci95, base.samples_per_s, base.ci95
+    ctl = _control(s, base) if o.control else None
+    if ctl is not None:
+        chosen_is_own = cur.measurement is base
+        base_rate, base_ci = ctl.pooled_samples_per_s, tuple(ctl.pooled_ci95)
+        rate, ci = (base_rate, base_ci) if chosen_is_own else (rate, _tuple(ctl.widen(rate, ci)))
+        s.notes.append(ctl.note())
+        if not chosen_is_own and ci and ci[0] <= base_ci[1]:
+            s.notes.append(f"with the run-to-run spread the control showed ({ctl.run_rel_sd:.1%}), the recommended "
+                           f"settings ({rate:,.1f} samples/s, {ci[0]:,.1f}-{ci[1]:,.1f}) cannot be told apart from "
+                           f"the job's own ({base_rate:,.1f}, {base_ci[0]:,.1f}-{base_ci[1]:,.1f})")
     chk = check_model(s)
     records = [_record(e) for e in s.entries]
     if chk is not None:
@@ -90,13 +102,35 @@ def run_tuning(probe: Callable[..., Measurement], fit: Callable[[list[Measuremen
             if c is not None:
                 r.model_error, r.loo_error, r.disagrees = c.error_before, c.loo_error, c.disagrees
         s.notes.extend(n for n in chk.notes if n not in s.notes)
-    return TuneResult(command=list(command or []), best=best, samples_per_s=cur.measurement.samples_per_s,
-                      ci95=cur.measurement.ci95, baseline_ci95=base.ci95,
-                      baseline=_complete(own), baseline_samples_per_s=base.samples_per_s,
+    return TuneResult(command=list(command or []), best=best, samples_per_s=rate, ci95=ci, baseline_ci95=base_ci,
+                      baseline=_complete(own), baseline_samples_per_s=base_rate,
                       predicted_samples_per_s=predicted, probes=records,
                       model_check=chk.to_dict() if chk is not None else None,
                       seconds=budget.elapsed_s, stopped=stopped, cpus=round(cpus), notes=list(s.notes),
-                      epoch_gain=gain, unsettled_workers=open_)
+                      epoch_gain=gain, unsettled_workers=open_, control=ctl.to_dict() if ctl is not None else None)
+
+
+def _control(s: Session, base: Measurement):
+    """The baseline (the job's own settings, the first probe) measured again now, when the time left allows it
+    (:class:`lotus.analysis.runspread.Control`); None, with a note, when it cannot be."""
+    from lotus.analysis.runspread import Reading, control_check
+
+    b = s.budget
+    if b.seconds is not None and b.seconds - b.elapsed_s < (s.expected_s() or 0.0):
+        s.notes.append("no control probe: the time budget is spent (--no-control to skip it)")
+        return None
+    m = s.measure(LoaderSettings(), "control", force=True)
+    name = s.entries[-1].name
+    if not m.ok:
+        s.notes.append(f"the control probe {name} failed (exit code {m.exit_code}); the rates stand as measured")
+        return None
+    first = Reading(s.entries[0].name, base.samples_per_s, base.ci95, base.within_rel_halfwidth, base.started_unix_s)
+    again = Reading(name, m.samples_per_s, m.ci95, m.within_rel_halfwidth, m.started_unix_s)
+    return control_check(first, again, "the job's own settings")
+
+
+def _tuple(v):
+    return tuple(v) if v else None
 
 
 def check_model(s: Session):

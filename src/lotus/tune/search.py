@@ -91,7 +91,7 @@ class Session:
         self.entries.append(Entry(name, phase, m, predicted))
         if m.ok:
             self.refit()
-        elif phase != "baseline":  # a failed baseline ends the tuning with its own message
+        elif phase not in ("baseline", "control"):  # those two say their failure themselves
             why = f"exit code {m.exit_code}" if m.exit_code else "no samples/s in its trace"
             _log.warning("probe %s (%s) failed: %s; the search goes on without it", name, settings.label(), why)
         return m

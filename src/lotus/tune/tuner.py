@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,6 +70,7 @@ def measurement_of(probe, settings: LoaderSettings, steps: int | None) -> Measur
         return m
     m.samples_per_s, m.wait_share = summary.get("samples_per_s"), summary.get("wait_share")  # ramp left out
     m.ci95 = tuple(summary["ci95"]) if summary.get("ci95") else None
+    m.within_rel_halfwidth = summary.get("within_rel_halfwidth")
     m.stopped_by, m.note = probe.stopped_by, summary.get("note")
     try:
         from lotus.model import load_run
@@ -136,6 +138,7 @@ class JobProber:
             cpus=self.cpus, capture=True, timeout_s=timeout, precision=precision,
             max_seconds=self.max_seconds if precision else None, below=below)
         series = self.series
+        started = time.time()
         in_series = series is not None and not fixed and (not series.started or series.alive)
         if in_series:
             try:  # the next probe in the job's running process: no start-up
@@ -152,6 +155,7 @@ class JobProber:
         if self.first_wall_s is None:
             self.first_wall_s = probe.wall_s
         m = measurement_of(probe, settings, steps)
+        m.started_unix_s = started
         if in_series and probe.steps_reached:
             m.in_series = series.k
         if self.own is None and m.effective is not None:
@@ -178,7 +182,7 @@ def tune(command: list[str], *, out: str | os.PathLike | None = None, steps: int
          cpus: list[int] | None = None, budget_minutes: float | None = 10.0, max_probes: int = 12,
          max_workers: int | None = None, tolerance: float = 0.05, near_best: float = 0.02, min_gain: float = 0.02,
          only: tuple[str, ...] | None = None, timeout_s: float | None = None,
-         progress: Callable[[str], None] | None = None, one_process: bool = True) -> TuneResult:
+         progress: Callable[[str], None] | None = None, one_process: bool = True, control: bool = True) -> TuneResult:
     """Find the DataLoader settings that maximise the samples/s of ``command`` (see docs/tune.md).
 
     Raises :class:`lotus.launch.runner.CommandNotFound` / ``LaunchError`` before anything runs, and
@@ -192,7 +196,7 @@ def tune(command: list[str], *, out: str | os.PathLike | None = None, steps: int
     out.mkdir(parents=True, exist_ok=True)
     options = TuneOptions(steps=steps, precision=precision, max_seconds=max_seconds, budget_minutes=budget_minutes,
                           max_probes=max_probes, max_workers=max_workers, tolerance=tolerance, near_best=near_best,
-                          min_gain=min_gain, **({"only": tuple(only)} if only else {}))
+                          min_gain=min_gain, control=control, **({"only": tuple(only)} if only else {}))
     prober = JobProber(command, out, steps=steps, cpus=cpus, timeout_s=timeout_s, progress=progress,
                        precision=precision, max_seconds=max_seconds, one_process=one_process)
     n_cpus = len(cpus) if cpus else len(allowed_cpus())

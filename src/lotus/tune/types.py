@@ -106,6 +106,8 @@ class Measurement:
     ranks: int = 1  # processes with a traced loader (torchrun ranks)
     run: object = field(default=None, repr=False)  # what the model is fitted on (a RunTrace), if any
     in_series: int | None = None  # its place among the probes run in the job's one process (None: a process of its own)
+    within_rel_halfwidth: float | None = None  # the 95% half-width of the run alone (before the run-to-run spread)
+    started_unix_s: float | None = None  # when the probe started (wall clock)
 
     @property
     def ok(self) -> bool:
@@ -117,7 +119,7 @@ class ProbeRecord:
     """One probe as reported: settings, measured and predicted samples/s, wait share, failure."""
 
     name: str
-    phase: str  # baseline | num_workers | prefetch_factor | pin_memory | persistent_workers
+    phase: str  # baseline | num_workers | prefetch_factor | pin_memory | persistent_workers | control
     settings: dict  # effective settings (the job's own where nothing was forced)
     forced: dict  # what the probe forced
     samples_per_s: float | None
@@ -162,6 +164,7 @@ class TuneResult:
     baseline_ci95: tuple[float, float] | None = None  # of baseline_samples_per_s
     model_check: dict | None = None  # lotus.model.check.ModelCheck of the worker search's probes
     unsettled_workers: list[int] | None = None  # measured counts that may beat the choice by > 5% (None: not searched)
+    control: dict | None = None  # lotus.analysis.runspread.Control: the job's own settings measured again at the end
 
     @property
     def settled(self) -> bool | None:
@@ -184,7 +187,7 @@ class TuneResult:
                 "seconds": self.seconds, "stopped": self.stopped, "epoch_gain": self.epoch_gain,
                 "cpus": self.cpus, "out": self.out, "command": self.command, "notes": self.notes,
                 "model_check": self.model_check, "settled": self.settled,
-                "unsettled_workers": self.unsettled_workers}
+                "unsettled_workers": self.unsettled_workers, "control": self.control}
 
 
 __all__ = ["SETTINGS", "EpochFacts", "LoaderSettings", "Measurement", "ProbeRecord", "TuneError", "TuneResult"]

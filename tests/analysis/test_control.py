@@ -1,0 +1,60 @@
+"""A search's control probe (lotus.analysis.runspread.Control): its first setting measured again at its end tells
+how far the host's pace moved, and widens every rate's interval by the spread the pair shows (issue 24)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lotus.analysis.runspread import RUN_SPREAD, Reading, control_check
+
+
+@pytest.fixture(autouse=True)
+def _default_spread(monkeypatch):
+    monkeypatch.delenv("LOTUS_RUN_SPREAD", raising=False)
+
+
+def test_a_pace_held_within_the_probes_intervals_changes_nothing():
+    first = Reading("a", 1000.0, (960.0, 1040.0), 0.03, at_s=0.0)
+    again = Reading("a-control", 1020.0, (980.0, 1060.0), 0.03, at_s=300.0)
+    c = control_check(first, again, "4 CPUs")
+    assert not c.apart and c.pair_rel_sd == 0.0 and c.run_rel_sd == RUN_SPREAD and not c.widens
+    assert c.drift == pytest.approx(0.02) and c.seconds_apart == 300.0
+    assert c.widen(500.0, [480.0, 520.0]) == [480.0, 520.0]
+    assert "no change of the host's pace shown" in c.note() and "300 s later" in c.note()
+    assert c.pooled_samples_per_s == 1010.0 and c.pooled_ci95[0] < 1010.0 < c.pooled_ci95[1]
+
+
+def test_a_pace_that_moved_widens_every_interval_by_the_pairs_spread():
+    # within-run half-widths of 3%: se 1.53% each; the pair is 20% apart
+    first = Reading("a", 1000.0, (970.0, 1030.0), 0.03)
+    again = Reading("a-control", 800.0, (776.0, 824.0), 0.03)
+    c = control_check(first, again, "4 CPUs, 4 workers")
+    assert c.apart and c.drift == pytest.approx(-0.2)
+    se1, se2 = 0.03 * 1000 / 1.96, 0.03 * 800 / 1.96
+    expect = math.sqrt(200.0 ** 2 / 2 - (se1 ** 2 + se2 ** 2) / 2) / 900.0
+    assert c.pair_rel_sd == pytest.approx(expect) and c.run_rel_sd == pytest.approx(expect) and c.widens
+    lo, hi = c.widen(500.0, [490.0, 510.0])
+    extra = 1.96 * 500 * math.sqrt(expect ** 2 - RUN_SPREAD ** 2)
+    assert 500 - lo == pytest.approx(math.hypot(10, extra)) and hi - 500 == pytest.approx(math.hypot(10, extra))
+    assert c.widen(500.0, None) is None and c.widen(None, [1.0, 2.0]) == [1.0, 2.0]
+    # the setting's rate: the mean of the two, its interval that of a mean of two runs with that spread
+    hw = 1.96 * math.sqrt((se1 ** 2 + se2 ** 2) / 4 + (expect * 900) ** 2 / 2)
+    assert c.pooled_samples_per_s == 900.0 and c.pooled_ci95 == pytest.approx([900 - hw, 900 + hw])
+    assert "the host's pace moved" in c.note() and f"{expect:.1%}" in c.note()
+    assert c.to_dict()["note"] == c.note()
+
+
+def test_without_a_within_run_width_the_default_spread_is_taken_out_of_the_interval():
+    r = Reading("a", 1000.0, (950.0, 1050.0))
+    hw = 50 / 1.96
+    assert r.se(RUN_SPREAD) == pytest.approx(math.sqrt(hw ** 2 - 15.0 ** 2))
+    assert Reading("b", 1000.0).se(RUN_SPREAD) == 0.0
+    assert control_check(Reading("a", 0.0), Reading("b", 10.0), "x") is None
+
+
+def test_a_host_spread_set_by_the_user_is_the_floor(monkeypatch):
+    monkeypatch.setenv("LOTUS_RUN_SPREAD", "0.1")
+    c = control_check(Reading("a", 1000.0, None, 0.01), Reading("b", 900.0, None, 0.01), "x")
+    assert c.apart and c.pair_rel_sd < 0.1 and c.run_rel_sd == 0.1 and not c.widens
