@@ -58,3 +58,13 @@ def test_a_host_spread_set_by_the_user_is_the_floor(monkeypatch):
     monkeypatch.setenv("LOTUS_RUN_SPREAD", "0.1")
     c = control_check(Reading("a", 1000.0, None, 0.01), Reading("b", 900.0, None, 0.01), "x")
     assert c.apart and c.pair_rel_sd < 0.1 and c.run_rel_sd == 0.1 and not c.widens
+
+
+def test_the_control_repeats_the_probe_whose_own_interval_was_narrowest():
+    from lotus.analysis.runspread import control_choice
+
+    rs = [Reading("a", 100.0, (90.0, 110.0)), Reading("b", 100.0, (99.0, 101.0)), Reading("c", 1000.0, None, 0.01),
+          Reading("d", 50.0, (49.5, 50.5)), Reading("e", None)]
+    assert control_choice(rs) == 1  # b +-1% (its whole interval: no within-run width), c +-1%, d +-1%: the first
+    assert control_choice([rs[0], rs[2]]) == 1 and control_choice([rs[4]]) is None and control_choice([]) is None
+    assert Reading("x", 10.0).rel_halfwidth() == math.inf

@@ -172,16 +172,19 @@ def test_profile_measures_few_predicts_all_and_resumes(tmp_path, image_folder):
     probes = {pr["name"]: pr for pr in p.probes}
     assert {"c2-as-is", "c1-warm", "c2-cold"} <= set(probes)
     assert probes["c2-as-is"]["cache_state"] == "as-is" and probes["c2-cold"]["cache_state"] == "cold"
-    # the control probe: the first probe whose page cache can be set again (c1-warm), measured again at the end
+    # the control probe: of the probes whose page cache can be set again (not c2-as-is), the one whose interval
+    # was narrowest for its rate, measured again at the end
     ctl = p.control
-    assert ctl["first_probe"] == "c1-warm" and ctl["repeat_probe"] == "c1-warm-control"
-    assert probes["c1-warm-control"]["control_of"] == "c1-warm" and probes["c1-warm-control"]["cpus"] == 1
-    assert ctl["drift"] == pytest.approx(probes["c1-warm-control"]["samples_per_s"] / probes["c1-warm"]["samples_per_s"]
-                                         - 1)
-    assert any(n.startswith("control: 1 CPUs") for n in p.notes)
+    ref, again = probes[ctl["first_probe"]], probes[ctl["repeat_probe"]]
+    settable = [pr for pr in p.probes if pr["name"] != "c2-as-is" and not pr.get("control_of")]
+    assert ref == min(settable, key=lambda pr: pr["within_rel_halfwidth"])
+    assert ctl["repeat_probe"] == f"{ref['name']}-control" and again["control_of"] == ref["name"]
+    assert (again["cpus"], again["num_workers"], again["cache"]) == (ref["cpus"], ref["num_workers"], ref["cache"])
+    assert ctl["drift"] == pytest.approx(again["samples_per_s"] / ref["samples_per_s"] - 1)
+    assert any(n.startswith(f"control: {ref['cpus']} CPUs") for n in p.notes)
     for q in measured:  # a measured point shows the probe's own rate (the control's setting: the two probes' mean)
         own = probes[q.probe]["samples_per_s"]
-        assert q.samples_per_s == (ctl["pooled_samples_per_s"] if q.probe == "c1-warm" else own)
+        assert q.samples_per_s == (ctl["pooled_samples_per_s"] if q.probe == ref["name"] else own)
     assert all(q.samples_per_s and q.samples_per_s > 0 for q in p.matrix)
     d = p.demand
     assert d is not None and d["samples_per_s"] >= 0.95 * d["best_samples_per_s"]

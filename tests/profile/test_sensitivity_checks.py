@@ -54,7 +54,8 @@ def test_a_model_that_does_not_hold_is_caught_and_the_cpu_axis_measured(tmp_path
     # every probe after the first carries the model's prediction made before it
     assert p.probes[0].get("predicted_before") is None
     assert all(pr.get("predicted_before") for pr in p.probes[1:] if not pr.get("control_of"))
-    assert p.probes[-1]["control_of"] == p.probes[0]["name"]  # files unknown: the first probe's "as found" again
+    # files unknown: any probe's "as found" can be run again; the control repeats one of the search's probes
+    assert p.probes[-1]["control_of"] in {pr["name"] for pr in p.probes[:-1]}
     hows = {q.cpus: q.how for q in p.matrix}
     measured = sorted(c for c, h in hows.items() if h == "measured")
     assert len(measured) >= 4 and measured[0] == 1 and measured[-1] == 8
@@ -163,9 +164,13 @@ def test_a_steady_host_the_control_finds_steady_and_nothing_widens(tmp_path):
     p, job = _profile(tmp_path, hidden=0.0, max_probes=3)
     ctl = p.control
     assert ctl is not None and not ctl["apart"] and ctl["drift"] == pytest.approx(0.0)
-    assert ctl["first_probe"] == p.probes[0]["name"] and p.probes[-1]["name"] == f"{ctl['first_probe']}-control"
-    assert len(job.calls) == len(p.probes) and job.calls[-1] == job.calls[0]  # the search's probes, the control
     by = {pr["name"]: pr for pr in p.probes}
+    # the control repeats the probe whose own interval was narrowest for its rate (files unknown: any of them)
+    search = [pr for pr in p.probes if not pr.get("control_of")]
+    assert ctl["first_probe"] == min(search, key=lambda pr: pr["within_rel_halfwidth"])["name"]
+    assert p.probes[-1]["name"] == f"{ctl['first_probe']}-control" and len(search) == len(p.probes) - 1
+    k = [pr["name"] for pr in p.probes].index(ctl["first_probe"])
+    assert len(job.calls) == len(p.probes) and job.calls[-1] == job.calls[k]  # the search's probes, the control
     for q in p.matrix:
         if q.how == "measured" and q.probe != ctl["first_probe"]:
             assert q.ci95 == by[q.probe]["ci95"]  # nothing widened
@@ -178,7 +183,7 @@ def test_a_host_whose_pace_moves_widens_every_interval_and_says_so(tmp_path):
     p = sensitivity(["job"], tmp_path / "b", cpus_grid=GRID, max_probes=3, launcher=job)
     ctl = p.control
     assert ctl["apart"] and ctl["drift"] < -0.15 and ctl["run_rel_sd"] > 0.05
-    first = p.probes[0]
+    first = next(pr for pr in p.probes if pr["name"] == ctl["first_probe"])
     cell = next(q for q in p.matrix if q.probe == first["name"])
     assert cell.samples_per_s == pytest.approx(ctl["pooled_samples_per_s"]) and cell.ci95 == ctl["pooled_ci95"]
     assert cell.samples_per_s < first["samples_per_s"] and "the mean of" in cell.note
@@ -195,7 +200,7 @@ def test_a_host_whose_pace_moves_widens_every_interval_and_says_so(tmp_path):
             widened += 1
     assert widened >= 1
     assert any("the host's pace moved" in n for n in p.notes)
-    assert p.to_dict()["control"]["note"].startswith("control: 8 CPUs")
+    assert p.to_dict()["control"]["note"].startswith(f"control: {first['cpus']} CPUs")
 
 
 def test_no_control_and_a_failed_control(tmp_path):
@@ -205,5 +210,5 @@ def test_no_control_and_a_failed_control(tmp_path):
     bad = DriftingHost(factor=1.0, fail_control=True)
     q = sensitivity(["job"], tmp_path / "b", cpus_grid=GRID, max_probes=3, launcher=bad)
     assert q.control is None and q.probes[-1]["exit_code"] == 3
-    assert any(n.startswith("the control probe c8-as-is-control failed: exit code 3") for n in q.notes)
+    assert any(n.startswith(f"the control probe {q.probes[-1]['name']} failed: exit code 3") for n in q.notes)
     assert [m.samples_per_s for m in q.matrix] == [m.samples_per_s for m in p.matrix]

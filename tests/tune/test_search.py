@@ -322,3 +322,28 @@ def test_a_failed_control_or_no_time_for_it_leaves_the_rates_as_measured():
     r = _tune(job, options=TuneOptions(only=("num_workers",), budget_minutes=0.4))  # 10-s probes in 24 s
     assert r.control is None and all(p.phase != "control" for p in r.probes)
     assert any(n.startswith("no control probe: the time budget is spent") for n in r.notes)
+
+
+class _Narrow:
+    """The fake job whose probes at ``w`` workers read +-0.5%, the others +-2%."""
+
+    def __init__(self, job, w: int):
+        self.job, self.w, self.clock = job, w, job.clock
+
+    def __call__(self, settings, phase, steps=None, **kw):
+        m = self.job(settings, phase, steps, **kw)
+        if m.ok and m.effective.num_workers == self.w:
+            m.ci95 = (m.samples_per_s * 0.995, m.samples_per_s * 1.005)
+        return m
+
+
+def test_the_control_repeats_the_narrowest_probe_and_pools_the_chosen_when_it_is_that_one():
+    job = FakeJob(ci_rel=0.02)
+    r = _tune(_Narrow(job, 6), options=CONTROL)
+    ctl = r.control
+    ref = next(p for p in r.probes if p.name == ctl["first_probe"])
+    assert ref.settings["num_workers"] == 6 and r.probes[-1].forced == {"num_workers": 6}
+    assert job.calls[-1][1].num_workers == 6 and ctl["note"].startswith(f"control: num_workers=6 ({ref.name})")
+    assert r.best.num_workers == 6 and r.samples_per_s == pytest.approx(truth(6))  # the chosen: the two's mean
+    assert r.ci95 == pytest.approx(ctl["pooled_ci95"]) and r.baseline_samples_per_s == pytest.approx(truth(2))
+    assert r.baseline_ci95 == pytest.approx((truth(2) * 0.98, truth(2) * 1.02))  # steady: not widened

@@ -94,6 +94,14 @@ class Reading:
     within_rel_halfwidth: float | None = None
     at_s: float | None = None
 
+    def rel_halfwidth(self) -> float:
+        """The run's own 95% half-width for its rate (its whole interval's when that is not known; inf: none)."""
+        if self.within_rel_halfwidth is not None:
+            return self.within_rel_halfwidth
+        if self.ci95 and self.samples_per_s:
+            return (self.ci95[1] - self.ci95[0]) / 2 / self.samples_per_s
+        return math.inf
+
     def se(self, default_rel_sd: float) -> float:
         """Standard error of the run alone: from its within-run half-width, else its interval less the default
         run-to-run spread (in quadrature)."""
@@ -155,6 +163,15 @@ class Control:
                 f"moments of this search differ by about that much, so every rate and interval here carries a "
                 f"run-to-run spread of {self.run_rel_sd:.1%} (sd, from this one pair: a rough measure) instead of "
                 f"{self.default_rel_sd:.1%}; the setting's rate is the two probes' mean")
+
+
+def control_choice(readings: list[Reading]) -> int | None:
+    """Which of a search's probes its control repeats: the one whose own interval was narrowest for its rate
+    (the one that can show the smallest change of the host's pace; on the GPU host a 16-worker probe of the
+    oversubscribed ResNet-18 read +-43-47% where its 4-worker probes read +-6-10%), the earliest of equals;
+    None without a rate."""
+    rated = [(r.rel_halfwidth(), i) for i, r in enumerate(readings) if r.samples_per_s]
+    return min(rated)[1] if rated else None
 
 
 def control_check(first: Reading, repeat: Reading, setting: str) -> Control | None:

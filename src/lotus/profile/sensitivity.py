@@ -316,14 +316,16 @@ def _matrix(search: ProbeFit, grid, profile: Profile, hits, failed, measured, ch
 
 
 def _control(prober: _Prober):
-    """(Control, its note) of the search's first probe whose page-cache state can be set again (the first probe's
-    "as found" cannot once the dataset's files are known), measured again now; (None, why not)."""
-    from lotus.analysis.runspread import control_check
+    """(Control, its note) of the search's probe with the narrowest interval for its rate
+    (:func:`lotus.analysis.runspread.control_choice`) among those whose page-cache state can be set again (the
+    first probe's "as found" cannot once the dataset's files are known), measured again now; (None, why not)."""
+    from lotus.analysis.runspread import control_check, control_choice
 
-    done = [p for p in prober.log if _ok(p) and not p.get("control_of")]
-    ref = next((p for p in done if p["cache"] != "as-is" or not prober.files), None)
-    if ref is None:
+    done = [p for p in prober.log if _ok(p) and not p.get("control_of") and (p["cache"] != "as-is" or not prober.files)]
+    k = control_choice([_reading(p) for p in done])
+    if k is None:
         return None, "no control probe: no successful probe ran with a page-cache state that can be set again"
+    ref = done[k]
     rep = prober.run(f"{ref['name']}-control", ref["cpus"], ref["cache"], workers=ref["num_workers"],
                      control_of=ref["name"])
     if rep is None:

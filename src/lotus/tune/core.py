@@ -83,13 +83,14 @@ def run_tuning(probe: Callable[..., Measurement], fit: Callable[[list[Measuremen
         cur, gain = tune_persistent(s, cur, steps=short, cross_max_steps=o.cross_max_steps or 3 * short)
     best = _complete(cur.effective)
     rate, ci, base_rate, base_ci = cur.measurement.samples_per_s, cur.measurement.ci95, base.samples_per_s, base.ci95
-    ctl = _control(s, base) if o.control else None
+    ctl = _control(s) if o.control else None
     if ctl is not None:
-        chosen_is_own = cur.measurement is base
-        base_rate, base_ci = ctl.pooled_samples_per_s, tuple(ctl.pooled_ci95)
-        rate, ci = (base_rate, base_ci) if chosen_is_own else (rate, _tuple(ctl.widen(rate, ci)))
+        ref = next(e.measurement for e in s.entries if e.name == ctl.first_probe)
+        pooled = (ctl.pooled_samples_per_s, tuple(ctl.pooled_ci95))
+        rate, ci = pooled if ref is cur.measurement else (rate, _tuple(ctl.widen(rate, ci)))
+        base_rate, base_ci = pooled if ref is base else (base_rate, _tuple(ctl.widen(base_rate, base_ci)))
         s.notes.append(ctl.note())
-        if not chosen_is_own and ci and ci[0] <= base_ci[1]:
+        if cur.measurement is not base and ci and base_ci and ci[0] <= base_ci[1]:
             s.notes.append(f"with the run-to-run spread the control showed ({ctl.run_rel_sd:.1%}), the recommended "
                            f"settings ({rate:,.1f} samples/s, {ci[0]:,.1f}-{ci[1]:,.1f}) cannot be told apart from "
                            f"the job's own ({base_rate:,.1f}, {base_ci[0]:,.1f}-{base_ci[1]:,.1f})")
@@ -110,23 +111,32 @@ def run_tuning(probe: Callable[..., Measurement], fit: Callable[[list[Measuremen
                       epoch_gain=gain, unsettled_workers=open_, control=ctl.to_dict() if ctl is not None else None)
 
 
-def _control(s: Session, base: Measurement):
-    """The baseline (the job's own settings, the first probe) measured again now, when the time left allows it
-    (:class:`lotus.analysis.runspread.Control`); None, with a note, when it cannot be."""
-    from lotus.analysis.runspread import Reading, control_check
+def _control(s: Session):
+    """The search's probe with the narrowest interval for its rate (:func:`lotus.analysis.runspread.control_choice`;
+    an epoch-crossing probe, of fixed length, aside) measured again now with the same settings, when the time left
+    allows it (:class:`lotus.analysis.runspread.Control`); None, with a note, when it cannot be."""
+    from lotus.analysis.runspread import Reading, control_check, control_choice
 
     b = s.budget
     if b.seconds is not None and b.seconds - b.elapsed_s < (s.expected_s() or 0.0):
         s.notes.append("no control probe: the time budget is spent (--no-control to skip it)")
         return None
-    m = s.measure(LoaderSettings(), "control", force=True)
+    done = [e for e in s.entries if e.measurement.ok and e.phase != "persistent_workers"]
+    readings = [Reading(e.name, e.measurement.samples_per_s, e.measurement.ci95, e.measurement.within_rel_halfwidth,
+                        e.measurement.started_unix_s) for e in done]
+    k = control_choice(readings)
+    if k is None:
+        return None
+    ref = done[k].measurement
+    m = s.measure(ref.settings, "control", force=True)
     name = s.entries[-1].name
     if not m.ok:
         s.notes.append(f"the control probe {name} failed (exit code {m.exit_code}); the rates stand as measured")
         return None
-    first = Reading(s.entries[0].name, base.samples_per_s, base.ci95, base.within_rel_halfwidth, base.started_unix_s)
     again = Reading(name, m.samples_per_s, m.ci95, m.within_rel_halfwidth, m.started_unix_s)
-    return control_check(first, again, "the job's own settings")
+    forced = ", ".join(f"{key}={v}" for key, v in ref.settings.to_dict().items() if v is not None)
+    what = forced or "the job's own settings"
+    return control_check(readings[k], again, f"{what} ({done[k].name})")
 
 
 def _tuple(v):
