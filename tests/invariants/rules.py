@@ -50,6 +50,7 @@ SIGNED = {
     "median_change_ms": "B - A (diff)", "prep_change_ms": "B - A (diff)", "wait_change_ms": "B - A (diff)",
     "error": "the model's relative error", "error_before": "the model's relative error (lotus.model.check)",
     "loo_error": "the model's relative error (leave one probe out)", "model_error": "the model's relative error",
+    "drift": "a control probe's repeat / first - 1 (lotus.analysis.runspread.Control)",
     "worker_id": "-1: the main process (num_workers=0)",
     "dispatch_worker": "-1: the main process", "worker_a": "-1: the main process",
     "worker_b": "-1: the main process", "worker": "-1: the main process", "exit_code": "a signal: < 0",
