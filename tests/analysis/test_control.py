@@ -1,5 +1,6 @@
-"""A search's control probe (lotus.analysis.runspread.Control): its first setting measured again at its end tells
-how far the host's pace moved, and widens every rate's interval by the spread the pair shows (issue 24)."""
+"""A search's control probe (lotus.analysis.runspread.Control): one of its settings measured again at its end,
+in a run of its own, tells how far separate runs' pace differs and widens every rate's interval by the spread
+the pair shows (issue 24)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_a_pace_that_moved_widens_every_interval_by_the_pairs_spread():
     # the setting's rate: the mean of the two, its interval that of a mean of two runs with that spread
     hw = 1.96 * math.sqrt((se1 ** 2 + se2 ** 2) / 4 + (expect * 900) ** 2 / 2)
     assert c.pooled_samples_per_s == 900.0 and c.pooled_ci95 == pytest.approx([900 - hw, 900 + hw])
-    assert "the host's pace moved" in c.note() and f"{expect:.1%}" in c.note()
+    assert "the pace moved between the two runs" in c.note() and f"{expect:.1%}" in c.note()
     assert c.to_dict()["note"] == c.note()
 
 

@@ -308,7 +308,7 @@ def test_a_pace_that_moved_widens_the_answer_and_says_when_it_cannot_tell():
     assert r.baseline_samples_per_s == pytest.approx(truth(2) * 0.8)  # the mean of 1.0x and 0.6x
     lo, hi = r.ci95
     assert r.samples_per_s == pytest.approx(truth(6)) and hi - lo > 5 * 0.04 * truth(6)
-    assert any("the host's pace moved" in n for n in r.notes)
+    assert any("the pace moved between the two runs" in n for n in r.notes)
     assert any("cannot be told apart from the job's own" in n for n in r.notes)
     small = _tune(_Drifting(FakeJob(ci_rel=0.005), 0.95), options=CONTROL)  # 5% drift: still a clear gain
     assert small.control["apart"] and not any("cannot be told apart" in n for n in small.notes)

@@ -4,8 +4,8 @@ One run's hand-offs cannot show how much separate runs of the same job differ (C
 neighbours on the host): :func:`default_run_spread` is added to every reported rate
 (:mod:`lotus.analysis.throughput`), :func:`run_spread` measures it from repeats, :func:`with_run_spread` adds it
 to a :class:`lotus.analysis.steady.SteadyRate`'s interval. :func:`combine` sums independent rates (ranks side by
-side) with their intervals. :func:`control_check` reads a search's control probe (its first setting measured
-again at its end, :class:`Control`): how far the host's pace moved meanwhile, and the spread every rate of that
+side) with their intervals. :func:`control_check` reads a search's control probe (one of its settings measured
+again at its end, :class:`Control`): how far separate runs' pace differs, and the spread every rate of that
 search then carries. The within-run estimator is :mod:`lotus.analysis.steady`.
 """
 
@@ -115,9 +115,10 @@ class Reading:
 
 @dataclass
 class Control:
-    """A search's first setting measured again at its end (a control probe). ``drift``: repeat / first - 1;
-    ``apart``: the two differ by more than their own (within-run) intervals allow; ``pair_rel_sd``: the spread
-    between runs the pair shows beyond those intervals (one pair: a rough measure, 0 when within them);
+    """One setting of a search measured again at its end, in a run of its own (a control probe). ``drift``:
+    repeat / first - 1; ``apart``: the two differ by more than their own (within-run) intervals allow;
+    ``pair_rel_sd``: the spread between runs the pair shows beyond those intervals (one pair: a rough measure, 0
+    when within them);
     ``run_rel_sd``: the spread every rate of the search carries from now on, the larger of it and the default
     (:func:`default_run_spread`, already in each probe's interval)."""
 
@@ -159,8 +160,8 @@ class Control:
                 f"({self.drift:+.1%})")
         if not self.apart:
             return head + ": within the two probes' own intervals, no change of the host's pace shown"
-        return (head + f": beyond both probes' own intervals, the host's pace moved; rates measured at different "
-                f"moments of this search differ by about that much, so every rate and interval here carries a "
+        return (head + f": beyond both probes' own intervals, the pace moved between the two runs; rates of separate "
+                f"runs of this job differ by about that much, so every rate and interval here carries a "
                 f"run-to-run spread of {self.run_rel_sd:.1%} (sd, from this one pair: a rough measure) instead of "
                 f"{self.default_rel_sd:.1%}; the setting's rate is the two probes' mean")
 

@@ -39,10 +39,11 @@ def probe_options(steps_default: int = PROBE_CAP_STEPS):
 
 
 def control_option(f):
-    """``--control/--no-control``: after a search, its first setting measured again (how far the host's pace moved)."""
+    """``--control/--no-control``: after a search, one of its settings measured again (lotus.analysis.runspread)."""
     return click.option("--control/--no-control", "control", default=True, show_default=True,
-                        help="After the search, measure its first setting again: how far the host's pace moved "
-                             "meanwhile, added to every interval (one probe on top of --max-probes).")(f)
+                        help="After the search, measure its narrowest-interval setting again in a process of its "
+                             "own: how far separate runs' pace differs, added to the intervals (one probe on top of "
+                             "--max-probes).")(f)
 
 
 def rate_text(rate: float | None, ci95=None, unit: str = "samples/s") -> str:

@@ -17,6 +17,8 @@ prediction), not a fixed CPUs - 1.
    measured point (within ``max_probes`` and ``max_minutes``; otherwise the note says it is predicted).
    A failed probe does not end the search: its worker count is left out for those CPUs and the model's
    next-best one is probed (its stderr tail is kept and noted). A note always says why the search stopped.
+   Then a control probe measures the narrowest probe's setting again: where the two runs differ beyond their
+   own intervals, every interval of the matrix carries the spread they show (:mod:`lotus.analysis.runspread`).
 5. the matrix is made monotone where the model says it must be (more CPUs, each with its best worker
    count, or more cache never lower): see :mod:`lotus.profile.matrix`. A measured point always shows
    its measurement.
@@ -59,7 +61,7 @@ class Profile:
     seconds: float = 0.0
     full_sweep_estimate_s: float | None = None
     model_check: dict | None = None  # lotus.model.check.ModelCheck of the probes (leave-one-probe-out)
-    control: dict | None = None  # lotus.analysis.runspread.Control: the first setting measured again at the end
+    control: dict | None = None  # lotus.analysis.runspread.Control: one setting measured again at the end
 
     def to_dict(self) -> dict:
         return {"command": self.command, "cpus_grid": self.cpus_grid, "cache_grid_gb": self.cache_grid_gb,
@@ -160,7 +162,7 @@ def sensitivity(command: list[str], out: str | os.PathLike, *, steps: int = 600,
                 launcher=None, control: bool = True) -> Profile:
     """Profile ``command`` (see the module doc). InputError for a CPU grid outside this process's CPUs or a
     negative cache size. ``launcher``: :func:`lotus.launch.launch` (a replay of recorded probes in tests).
-    ``control``: after the search, measure its first settable setting again (on top of ``max_probes``)."""
+    ``control``: after the search, measure its narrowest probe's setting again (on top of ``max_probes``)."""
     from lotus.model import load_run
 
     t0 = time.monotonic()

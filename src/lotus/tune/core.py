@@ -3,7 +3,9 @@
 1. the baseline: one probe of the job as it is (its own settings); the model is fitted on it;
 2. num_workers (:func:`lotus.tune.search.search_workers`);
 3. prefetch_factor, pin_memory, persistent_workers (:mod:`lotus.tune.knobs`), in that order, each from the
-   best settings so far.
+   best settings so far;
+4. a control probe: the setting of the narrowest probe measured again (a process of its own), which widens the
+   intervals where the two runs differ beyond them (:mod:`lotus.analysis.runspread`).
 
 The result's ``samples_per_s`` is the measured steady-state rate of the best settings' probe;
 ``baseline_samples_per_s`` the baseline's, so ``gain`` is measured, not predicted.

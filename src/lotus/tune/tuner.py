@@ -139,7 +139,9 @@ class JobProber:
             max_seconds=self.max_seconds if precision else None, below=below)
         series = self.series
         started = time.time()
-        in_series = series is not None and not fixed and (not series.started or series.alive)
+        # the control probe runs in a process of its own: separate runs of a job differ by more than the probes of
+        # one process (each run sets its own pace), and that is what its pair must be able to show
+        in_series = series is not None and not fixed and phase != "control" and (not series.started or series.alive)
         if in_series:
             try:  # the next probe in the job's running process: no start-up
                 probe = series.probe(options, timeout_s=timeout)

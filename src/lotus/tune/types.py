@@ -164,7 +164,7 @@ class TuneResult:
     baseline_ci95: tuple[float, float] | None = None  # of baseline_samples_per_s
     model_check: dict | None = None  # lotus.model.check.ModelCheck of the worker search's probes
     unsettled_workers: list[int] | None = None  # measured counts that may beat the choice by > 5% (None: not searched)
-    control: dict | None = None  # lotus.analysis.runspread.Control: the job's own settings measured again at the end
+    control: dict | None = None  # lotus.analysis.runspread.Control: one setting measured again at the end
 
     @property
     def settled(self) -> bool | None:
