@@ -44,7 +44,7 @@ def test_a_pace_that_moved_widens_every_interval_by_the_pairs_spread():
     hw = 1.96 * math.sqrt((se1 ** 2 + se2 ** 2) / 4 + (expect * 900) ** 2 / 2)
     assert c.pooled_samples_per_s == 900.0 and c.pooled_ci95 == pytest.approx([900 - hw, 900 + hw])
     assert "the pace moved between the two runs" in c.note() and f"{expect:.1%}" in c.note()
-    assert c.to_dict()["note"] == c.note()
+    assert c.to_dict()["note"] == c.note() and f"LOTUS_RUN_SPREAD={expect:.2g} adds" in c.note()
 
 
 def test_without_a_within_run_width_the_default_spread_is_taken_out_of_the_interval():

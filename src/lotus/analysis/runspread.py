@@ -163,7 +163,8 @@ class Control:
         return (head + f": beyond both probes' own intervals, the pace moved between the two runs; rates of separate "
                 f"runs of this job differ by about that much, so every rate and interval here carries a "
                 f"run-to-run spread of {self.run_rel_sd:.1%} (sd, from this one pair: a rough measure) instead of "
-                f"{self.default_rel_sd:.1%}; the setting's rate is the two probes' mean")
+                f"{self.default_rel_sd:.1%}; the setting's rate is the two probes' mean (LOTUS_RUN_SPREAD="
+                f"{self.run_rel_sd:.2g} adds that spread to every rate lotus reports of this job on this host)")
 
 
 def control_choice(readings: list[Reading]) -> int | None:
