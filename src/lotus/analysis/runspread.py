@@ -2,11 +2,11 @@
 
 One run's hand-offs cannot show how much separate runs of the same job differ (CPU clocks, placement,
 neighbours on the host): :func:`default_run_spread` is added to every reported rate
-(:mod:`lotus.analysis.throughput`), :func:`run_spread` measures it from repeats, :func:`with_run_spread` adds it
-to a :class:`lotus.analysis.steady.SteadyRate`'s interval. :func:`combine` sums independent rates (ranks side by
-side) with their intervals. :func:`control_check` reads a search's control probe (one of its settings measured
-again at its end, :class:`Control`): how far separate runs' pace differs, and the spread every rate of that
-search then carries. The within-run estimator is :mod:`lotus.analysis.steady`.
+(:mod:`lotus.analysis.throughput`), :func:`repeats` measures it from runs that repeat one configuration,
+:func:`with_run_spread` adds it to a :class:`lotus.analysis.steady.SteadyRate`'s interval. :func:`combine` sums
+independent rates (ranks side by side) with their intervals. :func:`control_check` reads a search's control
+probe (one of its settings measured again at its end, :class:`Control`): how far separate runs' pace differs,
+and the spread every rate of that search then carries. The within-run estimator is :mod:`lotus.analysis.steady`.
 """
 
 from __future__ import annotations
@@ -42,20 +42,6 @@ def default_run_spread() -> float:
     return RUN_SPREAD
 
 
-def run_spread(rates) -> tuple[float | None, int]:
-    """The spread between separate runs of one configuration beyond what each run's own interval explains:
-    ``(relative sd, degrees of freedom)``; ``(None, 0)`` with fewer than two runs with an interval.
-
-    Runs of one job differ by more than the hand-offs inside one run can show: on the GPU host (H200, the
-    ResNet-18 JPEG job, 16 workers, 15-s windows) the epochs inside a run agreed within +-2-5% while six runs
-    spread 6.8% (sd); the run sets its own pace (CPU placement, clocks, neighbours on the host). Only
-    repeats measure it: ``var(between runs) - mean(within-run se^2)``, floored at 0."""
-    vals = [r for r in rates if r.samples_per_s and r.se is not None]
-    if len(vals) < 2:
-        return None, 0
-    return _beyond_within([r.samples_per_s for r in vals], [r.se for r in vals]), len(vals) - 1
-
-
 def _beyond_within(rates, ses) -> float:
     """Relative sd between runs beyond their own standard errors: ``var(between) - mean(se^2)``, floored at 0."""
     x = np.array(rates, dtype=float)
@@ -64,8 +50,9 @@ def _beyond_within(rates, ses) -> float:
 
 
 def with_run_spread(r: SteadyRate, rel_sd: float | None, dof: int) -> SteadyRate:
-    """``r`` with a run-to-run spread (:func:`run_spread`) added to its interval: standard errors in quadrature,
-    Welch-Satterthwaite degrees of freedom. Unchanged without a spread or without an interval of its own."""
+    """``r`` with a run-to-run spread (:func:`repeats`' ``beyond_rel_sd``) added to its interval: standard errors
+    in quadrature, Welch-Satterthwaite degrees of freedom. Unchanged without a spread or without an interval of
+    its own."""
     if rel_sd is None or r.se is None or not r.samples_per_s or dof < 1:
         return r
     from dataclasses import replace
@@ -194,6 +181,30 @@ def control_check(first: Reading, repeat: Reading, setting: str) -> Control | No
                    repeat_ci95=list(repeat.ci95) if repeat.ci95 else None, seconds_apart=apart_s,
                    drift=r2 / r1 - 1, apart=apart, pair_rel_sd=pair, run_rel_sd=spread, default_rel_sd=d0,
                    pooled_samples_per_s=mean, pooled_ci95=[max(mean - hw, 0.0), mean + hw])
+
+
+def repeats(readings: list[Reading]) -> dict | None:
+    """Runs that repeat one configuration (each its own process), read together: the mean of their rates with
+    the t-interval of that mean over the runs (``mean_ci95``), their spread (``rel_sd``), the part of it beyond
+    each run's own interval (``beyond_rel_sd``: the ``LOTUS_RUN_SPREAD`` that gives a single
+    run of this job an interval that holds it), and how many runs' reported intervals hold the mean of the others
+    (``held`` of ``runs``: the calibration check of docs/intervals.md). None with fewer than two rated runs."""
+    rated = [r for r in readings if r.samples_per_s]
+    if len(rated) < 2:
+        return None
+    x = np.array([r.samples_per_s for r in rated], dtype=float)
+    n, mean = len(x), float(x.mean())
+    sd = float(x.std(ddof=1))
+    hw = t975(n - 1) * sd / math.sqrt(n)
+    beyond = _beyond_within(x, [r.se(default_run_spread()) for r in rated])
+    held = []
+    for i, r in enumerate(rated):
+        others = float(np.delete(x, i).mean())
+        held.append(bool(r.ci95) and r.ci95[0] <= others <= r.ci95[1])
+    return {"runs": n, "names": [r.name for r in rated], "mean_samples_per_s": mean,
+            "mean_ci95": [max(mean - hw, 0.0), mean + hw], "rel_sd": sd / mean, "beyond_rel_sd": beyond,
+            "dof": n - 1, "held": int(sum(held)), "held_by": [r.name for r, h in zip(rated, held, strict=True) if h],
+            "default_rel_sd": default_run_spread()}
 
 
 def combine(rates: list[SteadyRate]) -> tuple[float | None, tuple[float, float] | None]:

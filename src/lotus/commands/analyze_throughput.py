@@ -12,12 +12,16 @@ from lotus.commands.analyze import configs_of, data_dir_option, echo_json
 
 @click.command(short_help="Steady-state samples/s with its 95% interval, and what was left out.")
 @data_dir_option
+@click.option("--repeats", is_flag=True,
+              help="The runs repeat one configuration (each its own process): also their mean, its interval from "
+                   "their spread, and how many runs' intervals hold the mean of the others.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def throughput_cmd(data_dir: Path, as_json: bool) -> None:
+def throughput_cmd(data_dir: Path, repeats: bool, as_json: bool) -> None:
     """The steady-state samples/s of each run: after the prefetched ramp (num_workers x prefetch_factor
     batches) and any start-up batches, epoch starts counted, ranks added; with its 95% interval.
 
-    Exits 1 when a run has no steady state to measure (one batch, or none after the ramp)."""
+    Exits 1 when a run has no steady state to measure (one batch, or none after the ramp), or when --repeats
+    finds fewer than two runs with a rate."""
     from lotus.analysis.throughput import throughput
 
     doc, missing = {"configs": {}}, []
@@ -28,8 +32,22 @@ def throughput_cmd(data_dir: Path, as_json: bool) -> None:
             missing.append(cfg.name)
         if not as_json:
             _print(cfg.name, t)
+    few = False
+    if repeats:
+        from lotus.analysis.runspread import Reading
+        from lotus.analysis.runspread import repeats as read_repeats
+
+        doc["repeats"] = read_repeats([Reading(name, t["samples_per_s"], t.get("ci95"), t.get("within_rel_halfwidth"))
+                                       for name, t in doc["configs"].items()])
+        few = doc["repeats"] is None
+        if not as_json and not few:
+            _print_repeats(doc["repeats"])
     if as_json:
         echo_json(doc)
+    if few:
+        rated = sum(t["samples_per_s"] is not None for t in doc["configs"].values())
+        click.echo(f"lotus: --repeats needs two runs with a rate or more in {data_dir} (found {rated})", err=True)
+        raise click.exceptions.Exit(1)
     if missing:
         for name in missing:
             note = doc["configs"][name].get("note") or "no steady state"
@@ -57,3 +75,13 @@ def _print(name: str, t: dict) -> None:
         click.echo(f"  other loader {r['loader']} (rank {r['rank']}): {rate_text(r['samples_per_s'], ci)}, "
                    f"{r['batches']} batches")
     click.echo("")
+
+
+def _print_repeats(r: dict) -> None:
+    lo, hi = r["mean_ci95"]
+    click.echo(f"repeats ({r['runs']} runs of one configuration): mean {r['mean_samples_per_s']:,.1f} samples/s "
+               f"(95% CI {lo:,.1f}-{hi:,.1f}, from the runs' spread)")
+    click.echo(f"  the runs spread {r['rel_sd']:.1%} (sd); beyond each run's own interval {r['beyond_rel_sd']:.1%}: "
+               f"LOTUS_RUN_SPREAD={r['beyond_rel_sd']:.2g} gives a single run of this job an interval that holds it "
+               f"(lotus adds {r['default_rel_sd']:.1%})")
+    click.echo(f"  each run's interval holds the mean of the others in {r['held']} of {r['runs']} runs")
