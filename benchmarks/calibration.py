@@ -55,12 +55,6 @@ JOBS = {
 }
 
 
-def t975(dof: int) -> float:
-    from lotus.analysis.steady import t975 as t
-
-    return t(dof)
-
-
 def run_repeat(job: str, k: int, a, mode: str) -> dict:
     from lotus.analysis.throughput import summarize_run
     from lotus.launch import LaunchOptions, launch
@@ -117,26 +111,17 @@ def score(docs: list[dict]) -> dict:
     out = {"repeats": n, "rates": rates}
     if n < 3:
         return {**out, "note": "fewer than 3 repeats with a rate"}
-    sd = statistics.stdev(rates)
-    mean = statistics.fmean(rates)
-    emp_hw = t975(n - 1) * sd
-    held, hws, no_ci = 0, [], 0
-    for i, d in enumerate(ok):
-        others = statistics.fmean(rates[:i] + rates[i + 1:])
-        ci = d["lotus"].get("ci95")
-        if not ci:
-            no_ci += 1
-            continue
-        hws.append((ci[1] - ci[0]) / 2)
-        held += ci[0] <= others <= ci[1]
-    with_ci = n - no_ci
+    from lotus.analysis.runspread import Reading, repeats
+
+    r = repeats([Reading(str(i), d["lotus"]["samples_per_s"], d["lotus"].get("ci95")) for i, d in enumerate(ok)])
+    mean, sd = r["mean_samples_per_s"], r["rel_sd"] * r["mean_samples_per_s"]
+    emp_hw = r["rel_empirical_halfwidth"] * mean
+    mean_hw = r["rel_mean_halfwidth"] * mean if r["rel_mean_halfwidth"] is not None else None
     bias = [d["lotus"]["samples_per_s"] / d["own"]["samples_per_s"] - 1 for d in ok
             if d.get("own") and d["own"].get("samples_per_s")]
-    out.update(mean=mean, sd=sd, rel_sd=sd / mean, empirical_hw=emp_hw, rel_empirical_hw=emp_hw / mean,
-               coverage=held / with_ci if with_ci else None, without_interval=no_ci,
-               mean_hw=statistics.fmean(hws) if hws else None,
-               rel_mean_hw=statistics.fmean(hws) / mean if hws else None,
-               width_ratio=statistics.fmean(hws) / emp_hw if hws and emp_hw > 0 else None,
+    out.update(mean=mean, sd=sd, rel_sd=r["rel_sd"], empirical_hw=emp_hw, rel_empirical_hw=emp_hw / mean,
+               coverage=r["coverage"], without_interval=n - r["with_interval"], mean_hw=mean_hw,
+               rel_mean_hw=r["rel_mean_halfwidth"], width_ratio=r["width_ratio"],
                bias_median=statistics.median(bias) if bias else None,
                stopped_by=[d.get("stopped_by") for d in ok], wall_s=[round(d.get("wall_s", 0), 1) for d in ok])
     return out

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from dataclasses import asdict, dataclass
 
@@ -117,7 +116,7 @@ def simulate(shape: Shape, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
 
 def score_shape(shape: Shape, runs: int, seed: int = 0) -> dict:
     """Coverage and width ratio of the estimator over ``runs`` simulated runs of ``shape``."""
-    from lotus.analysis.steady import steady_rate, t975
+    from lotus.analysis.steady import steady_rate
 
     rng = np.random.default_rng(seed)
     rates, cis = [], []
@@ -132,20 +131,12 @@ def score_shape(shape: Shape, runs: int, seed: int = 0) -> dict:
     n = len(rates)
     if n < 3:
         return {"shape": shape.name, "runs": n, "note": "fewer than 3 rates"}
-    total = sum(rates)
-    sd = statistics.stdev(rates)
-    mean = total / n
-    held, hws = 0, []
-    with_ci = [i for i, ci in enumerate(cis) if ci is not None]
-    for i in with_ci:
-        others = (total - rates[i]) / (n - 1)
-        held += cis[i][0] <= others <= cis[i][1]
-        hws.append((cis[i][1] - cis[i][0]) / 2)
-    emp = t975(n - 1) * sd
-    return {"shape": shape.name, "runs": n, "with_interval": len(with_ci), "mean": mean, "rel_sd": sd / mean,
-            "rel_empirical_hw": emp / mean, "rel_mean_hw": statistics.fmean(hws) / mean if hws else None,
-            "coverage": held / len(with_ci) if with_ci else None,
-            "width_ratio": statistics.fmean(hws) / emp if hws and emp > 0 else None}
+    from lotus.analysis.runspread import Reading, repeats
+
+    r = repeats([Reading(str(i), v, ci) for i, (v, ci) in enumerate(zip(rates, cis, strict=True))])
+    return {"shape": shape.name, "runs": n, "with_interval": r["with_interval"], "mean": r["mean_samples_per_s"],
+            "rel_sd": r["rel_sd"], "rel_empirical_hw": r["rel_empirical_halfwidth"],
+            "rel_mean_hw": r["rel_mean_halfwidth"], "coverage": r["coverage"], "width_ratio": r["width_ratio"]}
 
 
 def main(argv=None) -> int:

@@ -41,17 +41,21 @@ def test_runs_of_one_configuration_read_together(tmp_path):
     assert 0 < r["beyond_rel_sd"] <= r["rel_sd"]  # the paces differ by ~6%: more than each run's own interval
     held = sum(c["ci95"][0] <= np.delete(x, i).mean() <= c["ci95"][1]
                for i, c in enumerate(doc["configs"][f"run{k}"] for k in range(4)))
-    assert r["held"] == held < 4 and r["dof"] == 3
+    assert r["held"] == held < 4 and r["dof"] == 3 and r["with_interval"] == 4 and r["coverage"] == held / 4
+    hws = [(c["ci95"][1] - c["ci95"][0]) / 2 for c in doc["configs"].values()]
+    assert r["width_ratio"] == pytest.approx(np.mean(hws) / (3.182 * x.std(ddof=1)), rel=1e-3)
     text = run("analyze", "throughput", "-d", root, "--repeats").stdout
     assert f"repeats (4 runs of one configuration): mean {x.mean():,.1f} samples/s" in text
     assert f"LOTUS_RUN_SPREAD={r['beyond_rel_sd']:.2g} gives a single run" in text
-    assert f"holds the mean of the others in {held} of 4 runs" in text
+    assert f"holds the mean of the others in {held} of 4 runs ({held / 4:.0%})" in text
+    assert f"is {r['width_ratio']:.2f}x the runs' own 95% spread" in text
 
 
 def test_identical_runs_spread_nothing_beyond_their_intervals():
     rs = [Reading(f"r{i}", 100.0 + d, (95.0 + d, 105.0 + d), 0.04) for i, d in enumerate([0.0, 0.5, -0.5])]
     r = repeats(rs)
-    assert r["beyond_rel_sd"] == 0.0 and r["held"] == 3 and r["default_rel_sd"] == RUN_SPREAD
+    assert r["beyond_rel_sd"] == 0.0 and r["held"] == 3 and r["coverage"] == 1.0 and r["default_rel_sd"] == RUN_SPREAD
+    assert r["width_ratio"] == pytest.approx(5.0 / (4.303 * 0.5), rel=1e-3)  # +-5 against t(2) x sd 0.5
     assert r["rel_sd"] == pytest.approx(0.5 / 100.0) and math.isclose(r["mean_samples_per_s"], 100.0)
     assert repeats(rs[:1]) is None and repeats([rs[0], Reading("x", None)]) is None
 

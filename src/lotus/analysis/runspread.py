@@ -186,24 +186,32 @@ def control_check(first: Reading, repeat: Reading, setting: str) -> Control | No
 def repeats(readings: list[Reading]) -> dict | None:
     """Runs that repeat one configuration (each its own process), read together: the mean of their rates with
     the t-interval of that mean over the runs (``mean_ci95``), their spread (``rel_sd``), the part of it beyond
-    each run's own interval (``beyond_rel_sd``: the ``LOTUS_RUN_SPREAD`` that gives a single
-    run of this job an interval that holds it), and how many runs' reported intervals hold the mean of the others
-    (``held`` of ``runs``: the calibration check of docs/intervals.md). None with fewer than two rated runs."""
+    each run's own interval (``beyond_rel_sd``: the ``LOTUS_RUN_SPREAD`` that gives a single run of this job an
+    interval that holds it), and the calibration of the runs' reported intervals (docs/intervals.md):
+    ``coverage``, the share of runs with an interval whose interval holds the mean of the others (``held`` of
+    ``with_interval``), and ``width_ratio``, their mean half-width over the runs' own 95% half-width
+    (``t975(n-1) x sd``; targets >= 90% and <= 2). The one scoring of ``lotus analyze throughput --repeats`` and
+    of benchmarks/calibration*.py. None with fewer than two rated runs."""
     rated = [r for r in readings if r.samples_per_s]
     if len(rated) < 2:
         return None
     x = np.array([r.samples_per_s for r in rated], dtype=float)
-    n, mean = len(x), float(x.mean())
+    n, total = len(x), float(x.sum())
+    mean = total / n
     sd = float(x.std(ddof=1))
     hw = t975(n - 1) * sd / math.sqrt(n)
-    beyond = _beyond_within(x, [r.se(default_run_spread()) for r in rated])
-    held = []
-    for i, r in enumerate(rated):
-        others = float(np.delete(x, i).mean())
-        held.append(bool(r.ci95) and r.ci95[0] <= others <= r.ci95[1])
+    with_ci = [i for i, r in enumerate(rated) if r.ci95]
+    held = [i for i in with_ci if rated[i].ci95[0] <= (total - x[i]) / (n - 1) <= rated[i].ci95[1]]
+    hws = [(rated[i].ci95[1] - rated[i].ci95[0]) / 2 for i in with_ci]
+    emp = t975(n - 1) * sd
     return {"runs": n, "names": [r.name for r in rated], "mean_samples_per_s": mean,
-            "mean_ci95": [max(mean - hw, 0.0), mean + hw], "rel_sd": sd / mean, "beyond_rel_sd": beyond,
-            "dof": n - 1, "held": int(sum(held)), "held_by": [r.name for r, h in zip(rated, held, strict=True) if h],
+            "mean_ci95": [max(mean - hw, 0.0), mean + hw], "rel_sd": sd / mean,
+            "beyond_rel_sd": _beyond_within(x, [r.se(default_run_spread()) for r in rated]), "dof": n - 1,
+            "with_interval": len(with_ci), "held": len(held), "held_by": [rated[i].name for i in held],
+            "coverage": len(held) / len(with_ci) if with_ci else None,
+            "rel_mean_halfwidth": float(np.mean(hws)) / mean if hws else None,
+            "rel_empirical_halfwidth": emp / mean,
+            "width_ratio": float(np.mean(hws)) / emp if hws and emp > 0 else None,
             "default_rel_sd": default_run_spread()}
 
 

@@ -84,4 +84,9 @@ def _print_repeats(r: dict) -> None:
     click.echo(f"  the runs spread {r['rel_sd']:.1%} (sd); beyond each run's own interval {r['beyond_rel_sd']:.1%}: "
                f"LOTUS_RUN_SPREAD={r['beyond_rel_sd']:.2g} gives a single run of this job an interval that holds it "
                f"(lotus adds {r['default_rel_sd']:.1%})")
-    click.echo(f"  each run's interval holds the mean of the others in {r['held']} of {r['runs']} runs")
+    if r["with_interval"]:
+        width = f"{r['width_ratio']:.2f}x" if r["width_ratio"] is not None else "n/a (the runs are equal)"
+        click.echo(f"  each run's interval holds the mean of the others in {r['held']} of {r['with_interval']} runs "
+                   f"({r['coverage']:.0%}); the intervals' mean half-width +-{r['rel_mean_halfwidth']:.1%} is {width} "
+                   f"the runs' own 95% spread (+-{r['rel_empirical_halfwidth']:.1%}) (calibrated: >= 90% and <= 2x, "
+                   "docs/intervals.md)")
