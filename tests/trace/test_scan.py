@@ -17,8 +17,8 @@ from lotus.analysis.runs import load_config
 from lotus.analysis.stats import config_stats, preprocessing_stats
 from lotus.analysis.throughput import throughput
 from lotus.analysis.wait import wait_stats, wait_table
-from lotus.query.batches import outcome_summary
 from lotus.query.moments import BINS_PER_OCTAVE, hist_quantiles
+from lotus.query.outcomes import outcome_summary
 from lotus.trace import schema as S
 from lotus.trace.events import load_events
 from lotus.trace.synthetic import PipelineSpec, write_native

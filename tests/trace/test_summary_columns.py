@@ -19,8 +19,9 @@ from lotus.analysis.jsonutil import dumps
 from lotus.analysis.runs import load_config
 from lotus.analysis.stats import config_stats, preprocessing_stats
 from lotus.analysis.wait import hol_arrays, wait_stats
-from lotus.query.batches import BATCH_COLUMNS, outcome_summary
+from lotus.query.batches import BATCH_COLUMNS
 from lotus.query.batchparts import COLUMNS, SUMMARY_COLUMNS
+from lotus.query.outcomes import outcome_summary
 from lotus.trace.events import load_events
 from lotus.trace.synthetic import PipelineSpec, write_native
 from tests.analysis.test_gpu import write_gpu_run

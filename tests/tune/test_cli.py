@@ -37,6 +37,7 @@ def test_tune_end_to_end_json(tmp_path):
     search = [p for p in probes[:-1] if p["phase"] != "persistent_workers" and not p["failed"]]
     ref = min(search, key=lambda p: (p["ci95"][1] - p["ci95"][0]) / p["samples_per_s"] if p["ci95"] else 9.0)
     assert probes[-1]["phase"] == "control" and probes[-1]["settings"] == ref["settings"]
+    assert probes[-1]["in_series"] is None  # a process of its own: the pair spans two runs
     assert ctl["first_probe"] == ref["name"] and ctl["repeat_probe"] == probes[-1]["name"]
     assert ctl["seconds_apart"] > 0 and any(n.startswith("control: ") for n in doc["notes"])
     pooled = (ref["samples_per_s"] + probes[-1]["samples_per_s"]) / 2

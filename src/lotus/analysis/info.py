@@ -68,7 +68,7 @@ def _n(count: int, one: str, many: str) -> str:
 
 def outcome_note(outcomes: dict, *, dispatched: bool = False) -> str | None:
     """One line on the fetches that are not (timed) batches, from
-    :func:`lotus.query.batches.outcome_summary` (or ``run_info(...)["batches"]``); None when all were.
+    :func:`lotus.query.outcomes.outcome_summary` (or ``run_info(...)["batches"]``); None when all were.
     ``dispatched``: also count the indices dispatched without a batch (torch's prefetch past the end)."""
     parts = []
     if outcomes.get("failed"):

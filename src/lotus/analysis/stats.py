@@ -234,7 +234,7 @@ def op_totals_s(events) -> dict[str, float]:
 
 def config_stats(events, batches, *, remove_outliers: bool = False) -> dict:
     """``{"batch_preprocessing_ms": {...}, "ops_ms": {op: {...}}, "outliers_removed": n, "outcomes": {...}}``
-    of one run (``outcomes``: :func:`lotus.query.batches.outcome_summary`, failed and exhausted fetches);
+    of one run (``outcomes``: :func:`lotus.query.outcomes.outcome_summary`, failed and exhausted fetches);
     ``batches``: a DataFrame or a scanned run's compact table (:mod:`lotus.analysis.compact`)."""
     from lotus.analysis import compact
     from lotus.query import outcome_summary

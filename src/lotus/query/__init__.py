@@ -20,10 +20,11 @@ from __future__ import annotations
 
 _MODULES = {
     "lotus.query.batches": [
-        "BATCH_COLUMNS", "load_batches", "batches_from_events", "consumed_only", "ok_batches",
-        "fetch_outcomes", "detail_share", "detail_counts", "detail_counts_share", "outcome_summary", "failed_mask",
+        "BATCH_COLUMNS", "load_batches", "batches_from_events", "consumed_only", "ok_batches", "failed_mask",
         "worker_label",
     ],
+    "lotus.query.outcomes": ["fetch_outcomes", "detail_share", "detail_counts", "detail_counts_share",
+                             "outcome_summary"],
     "lotus.query.batchtable": ["BatchTable"],
     "lotus.query.rankframes": ["rank_parts", "rank_pieces"],
     "lotus.query.batchparts": ["SUMMARY_COLUMNS"],

@@ -196,7 +196,7 @@ class BatchParts:
         seen[u] |= bit
 
     def _count_fetches(self, arg) -> None:
-        """What :func:`lotus.query.batches.detail_share` reads of the fetches, which are no rows."""
+        """What :func:`lotus.query.outcomes.detail_share` reads of the fetches, which are no rows."""
         ok = (arg < 0) | ((arg & S.FETCH_ERROR) == 0)
         flagged = (arg > 0) & ((arg & S.FETCH_DETAIL) != 0)
         self.fetches += [int(ok.sum()), int((ok & flagged).sum()), int(flagged.sum())]

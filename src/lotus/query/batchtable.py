@@ -25,7 +25,7 @@ from itertools import pairwise
 import numpy as np
 
 from lotus.query import spill
-from lotus.query.batches import detail_counts_share
+from lotus.query.outcomes import detail_counts_share
 from lotus.trace import schema as S
 
 _I32_MIN, _I64_MIN = int(np.iinfo(np.int32).min), int(np.iinfo(np.int64).min)
@@ -239,8 +239,8 @@ class BatchTable:
         return self._failed
 
     def outcome_summary(self) -> dict:
-        """:func:`lotus.query.batches.outcome_summary` of the table."""
-        from lotus.query.batches import outcomes_of
+        """:func:`lotus.query.outcomes.outcome_summary` of the table."""
+        from lotus.query.outcomes import outcomes_of
 
         f = self.failed_rows()
         w, ok = self.values("worker_id", f)
@@ -268,7 +268,9 @@ class BatchTable:
                 raise ValueError(f"rows: a mask of {len(self)} rows, not {len(rows)}")
         if not self.partial and self.any_keys and len(self) > FRAME_ROWS:
             n = len(self) if rows is None else int(np.count_nonzero(rows))
-            return _assemble(self.frames(FRAME_ROWS, counts=counts), n, columns, rows)
+            from lotus.query.assemble import assemble
+
+            return assemble(self.frames(FRAME_ROWS, counts=counts), n, columns, rows)
         out = self._whole_frame(counts)
         out = out if columns is None else out[list(columns)]
         return out if rows is None else out[rows].reset_index(drop=True)
@@ -351,64 +353,6 @@ class BatchTable:
                 v, ok = _raw(self.raw[c])
                 n |= ok & (v > 0) if c != "_n_load" else ok
         return ~n
-
-
-def _assemble(pieces, n: int, columns: list[str] | None = None, rows: np.ndarray | None = None):
-    """One DataFrame of ``n`` rows from DataFrames of the same columns and dtypes (``pieces``, in order),
-    each copied into columns allocated once: nullable integer and boolean columns as their values and
-    masks, categoricals as their codes (the same dtype), numpy columns as they are; ``attrs`` of the
-    first piece (every piece has the same); ``columns``: only those; ``rows``: a boolean mask over the
-    pieces' rows, only those kept (``n`` of them)."""
-    import pandas as pd
-
-    dtypes: dict = {}
-    cols: dict = {}
-    pos = 0
-    start = 0  # of the piece, in the pieces' rows
-    for piece in pieces:
-        if columns is not None:
-            piece = piece[list(columns)]
-        if rows is not None:
-            m = len(piece)
-            piece = piece[rows[start: start + m]]
-            start += m
-        if not dtypes:
-            dtypes = dict(piece.dtypes)
-            for c in piece.columns:
-                a = piece[c].array
-                if isinstance(piece[c].dtype, pd.CategoricalDtype):
-                    cols[c] = np.empty(n, np.asarray(a.codes).dtype)
-                elif hasattr(a, "_mask"):
-                    cols[c] = (np.empty(n, a._data.dtype), np.empty(n, bool))
-                else:
-                    cols[c] = np.empty(n, piece[c].dtype)
-        m = len(piece)
-        for c, dst in cols.items():
-            a = piece[c].array
-            if isinstance(dst, tuple):
-                dst[0][pos: pos + m] = a._data
-                dst[1][pos: pos + m] = a._mask
-            elif isinstance(piece[c].dtype, pd.CategoricalDtype):
-                dst[pos: pos + m] = np.asarray(a.codes)
-            else:
-                dst[pos: pos + m] = piece[c].to_numpy()
-        pos += m
-        attrs = piece.attrs
-        del piece, a
-    assert dtypes and pos == n, (pos, n)
-    out = {}
-    for c, dst in cols.items():
-        dtype = dtypes[c]
-        if isinstance(dtype, pd.CategoricalDtype):
-            out[c] = pd.Categorical.from_codes(dst, dtype=dtype)
-        elif isinstance(dst, tuple):
-            out[c] = (pd.arrays.BooleanArray if dtype == "boolean" else pd.arrays.IntegerArray)(*dst)
-        else:
-            out[c] = dst
-    del cols
-    df = pd.DataFrame(out, copy=False)
-    df.attrs.update(attrs)
-    return df
 
 
 __all__ = ["BatchTable", "detail_counts_share"]

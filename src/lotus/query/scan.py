@@ -10,7 +10,7 @@
 * the other events that are *not* per-sample detail (``sample``, ``load``, ``transform`` and the op
   events are left out; of the batch-level ones only ``exhausted``, failed ``fetch`` and GPU events) as
   an events DataFrame with the columns of :func:`lotus.trace.load_events` (outcomes, GPU telemetry,
-  markers); the fetches' detail flags are counted (:func:`lotus.query.batches.detail_share`);
+  markers); the fetches' detail flags are counted (:func:`lotus.query.outcomes.detail_share`);
 * per op (``load``, every transform op, ``transform``, ``sample``, ``collate``): count, sum, variance
   (Chan's merge of per-chunk moments), exact min and max, and a log-histogram of durations
   (:data:`BINS_PER_OCTAVE` bins per power of two) for the quantiles.
