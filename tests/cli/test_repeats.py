@@ -54,6 +54,9 @@ def test_runs_of_one_configuration_read_together(tmp_path):
 def test_identical_runs_spread_nothing_beyond_their_intervals():
     rs = [Reading(f"r{i}", 100.0 + d, (95.0 + d, 105.0 + d), 0.04) for i, d in enumerate([0.0, 0.5, -0.5])]
     r = repeats(rs)
+    from lotus.commands.analyze_throughput import repeats_lines
+
+    assert "single runs' intervals need no more" in repeats_lines(r)[1]
     assert r["beyond_rel_sd"] == 0.0 and r["held"] == 3 and r["coverage"] == 1.0 and r["default_rel_sd"] == RUN_SPREAD
     assert r["width_ratio"] == pytest.approx(5.0 / (4.303 * 0.5), rel=1e-3)  # +-5 against t(2) x sd 0.5
     assert r["rel_sd"] == pytest.approx(0.5 / 100.0) and math.isclose(r["mean_samples_per_s"], 100.0)

@@ -41,7 +41,8 @@ def throughput_cmd(data_dir: Path, repeats: bool, as_json: bool) -> None:
                                        for name, t in doc["configs"].items()])
         few = doc["repeats"] is None
         if not as_json and not few:
-            _print_repeats(doc["repeats"])
+            for line in repeats_lines(doc["repeats"]):
+                click.echo(line)
     if as_json:
         echo_json(doc)
     if few:
@@ -77,16 +78,19 @@ def _print(name: str, t: dict) -> None:
     click.echo("")
 
 
-def _print_repeats(r: dict) -> None:
+def repeats_lines(r: dict) -> list[str]:
+    """What :func:`lotus.analysis.runspread.repeats` found, as lines (``lotus run --repeat`` prints them too)."""
     lo, hi = r["mean_ci95"]
-    click.echo(f"repeats ({r['runs']} runs of one configuration): mean {r['mean_samples_per_s']:,.1f} samples/s "
-               f"(95% CI {lo:,.1f}-{hi:,.1f}, from the runs' spread)")
-    click.echo(f"  the runs spread {r['rel_sd']:.1%} (sd); beyond each run's own interval {r['beyond_rel_sd']:.1%}: "
-               f"LOTUS_RUN_SPREAD={r['beyond_rel_sd']:.2g} gives a single run of this job an interval that holds it "
-               f"(lotus adds {r['default_rel_sd']:.1%})")
+    lines = [f"repeats ({r['runs']} runs of one configuration): mean {r['mean_samples_per_s']:,.1f} samples/s "
+             f"(95% CI {lo:,.1f}-{hi:,.1f}, from the runs' spread)",
+             f"  the runs spread {r['rel_sd']:.1%} (sd); beyond each run's own interval {r['beyond_rel_sd']:.1%}: "
+             + (f"LOTUS_RUN_SPREAD={r['beyond_rel_sd']:.2g} gives a single run of this job an interval that holds it "
+                f"(lotus adds {r['default_rel_sd']:.1%})" if r["beyond_rel_sd"] > r["default_rel_sd"] else
+                f"within the {r['default_rel_sd']:.1%} lotus adds to every rate: single runs' intervals need no more")]
     if r["with_interval"]:
         width = f"{r['width_ratio']:.2f}x" if r["width_ratio"] is not None else "n/a (the runs are equal)"
-        click.echo(f"  each run's interval holds the mean of the others in {r['held']} of {r['with_interval']} runs "
-                   f"({r['coverage']:.0%}); the intervals' mean half-width +-{r['rel_mean_halfwidth']:.1%} is {width} "
-                   f"the runs' own 95% spread (+-{r['rel_empirical_halfwidth']:.1%}) (calibrated: >= 90% and <= 2x, "
-                   "docs/intervals.md)")
+        lines.append(f"  each run's interval holds the mean of the others in {r['held']} of {r['with_interval']} "
+                     f"runs ({r['coverage']:.0%}); the intervals' mean half-width +-{r['rel_mean_halfwidth']:.1%} is "
+                     f"{width} the runs' own 95% spread (+-{r['rel_empirical_halfwidth']:.1%}) (calibrated: >= 90% "
+                     "and <= 2x, docs/intervals.md)")
+    return lines

@@ -57,10 +57,14 @@ def _settings(values) -> dict:
               help="Stop the job after this long (exit code 124).")
 @click.option("--verdict/--no-verdict", default=True, show_default=True,
               help="Print the verdict (as `lotus analyze verdict`) to stderr at the end.")
+@click.option("--repeat", "repeat", type=click.IntRange(1), default=1, show_default=True, metavar="N",
+              help="Run the command N times, one after the other, each a process of its own traced into "
+                   "TRACE_DIR/r1..rN; then their mean, spread and whether each run's interval holds the others "
+                   "(as `lotus analyze throughput --repeats`).")
 @sink_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(trace_dir, workers, steps, precision, max_seconds, below, settings, cpus, itt, telemetry, detail_budget,
-        full_detail, trace, timeout_s, verdict, tensorboard, prometheus, wandb, sink_period, command) -> None:
+        full_detail, trace, timeout_s, verdict, repeat, tensorboard, prometheus, wandb, sink_period, command) -> None:
     """Run COMMAND (a script, `python -m ...`, a console script, torchrun) with lotus's DataLoader.
 
     Every torch.utils.data.DataLoader the command creates, in every process and torchrun rank, is
@@ -71,6 +75,7 @@ def run(trace_dir, workers, steps, precision, max_seconds, below, settings, cpus
     lotus run -- python train.py --epochs 1
     lotus run --workers 8 --steps 200 -- torchrun --nproc-per-node 2 train.py
     lotus run --tensorboard runs/ --prometheus 9108 -- python train.py   # live metrics (docs/live-sinks.md)
+    lotus run --repeat 5 -o runs/base -- python train.py   # 5 runs: is one run's interval honest here?
     """
     from lotus.launch.options import LaunchOptions
     from lotus.launch.runner import CommandNotFound, LaunchError, launch
@@ -79,6 +84,8 @@ def run(trace_dir, workers, steps, precision, max_seconds, below, settings, cpus
         raise click.UsageError("no command given: lotus run [OPTIONS] -- COMMAND [ARGS]...")
     if steps is not None and not trace:
         raise click.UsageError("--steps needs tracing (drop --no-trace)")
+    if repeat > 1 and not trace:
+        raise click.UsageError("--repeat compares the runs' traced rates: drop --no-trace")
     if (precision or max_seconds or below) and steps is None:
         raise click.UsageError("--precision, --max-seconds and --below end a probe early: give its cap with --steps")
     sinks = None
@@ -93,6 +100,8 @@ def run(trace_dir, workers, steps, precision, max_seconds, below, settings, cpus
                             telemetry=telemetry, timeout_s=timeout_s, loader_args=settings,
                             detail_budget_pct=detail_budget, full_detail=full_detail, sinks=sinks)
     try:
+        if repeat > 1:
+            _repeats(list(command), options, repeat, verdict, precision)
         probe = launch(list(command), options)
     except CommandNotFound as exc:
         click.echo(f"lotus: {exc}", err=True)
@@ -101,6 +110,36 @@ def run(trace_dir, workers, steps, precision, max_seconds, below, settings, cpus
         raise click.UsageError(str(exc)) from None
     _report(probe, verdict, precision)
     raise click.exceptions.Exit(probe.exit_code)
+
+
+def _repeats(command: list[str], options, n: int, verdict: bool, precision: float | None) -> None:
+    """``--repeat N``: the runs one after the other, each reported; then what they say together. Exits with the
+    first failed run's exit code (0 when every run succeeded)."""
+    from lotus.analysis.runspread import Reading, repeats
+    from lotus.commands.analyze_throughput import repeats_lines
+    from lotus.launch.repeats import launch_repeats
+
+    def progress(k, probe):
+        click.echo(f"lotus run: repeat {k} of {n}", err=True)
+        _report(probe, verdict and k == n, precision)
+
+    root, probes = launch_repeats(command, options, n, progress=progress)
+    readings = []
+    for probe in probes:
+        try:
+            s = probe.summary()
+        except Exception:  # reported above; a damaged trace has no rate
+            s = {}
+        readings.append(Reading(Path(probe.trace_dir).name, s.get("samples_per_s"), s.get("ci95"),
+                                s.get("within_rel_halfwidth")))
+    r = repeats(readings)
+    if r is None:
+        click.echo(f"lotus run: {len(probes)} runs in {root}: fewer than two with a rate, nothing to compare", err=True)
+    else:
+        for line in repeats_lines(r):
+            click.echo(f"lotus run: {line}", err=True)
+        click.echo(f"lotus run: the runs are in {root} (lotus analyze throughput -d {root} --repeats)", err=True)
+    raise click.exceptions.Exit(next((p.exit_code for p in probes if p.exit_code), 0))
 
 
 def _ended(stopped_by: str | None, steps, rel_halfwidth: float | None, precision: float | None) -> str:
