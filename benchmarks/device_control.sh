@@ -8,6 +8,7 @@
 # 16 workers at the end); the job alone at 4, 16 and the chosen count again. Everything under $OUT (JSON only).
 #
 #   OUT=res ROUNDS=2 bash benchmarks/device_control.sh        # START=2 to go on from round 2 in another call
+#   ALONE=0: tune only (no runs of the job alone)
 set -u
 : "${OUT:?set OUT to the results folder}"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,7 +22,8 @@ data 8192 > "$OUT/data.log" 2>&1 || exit 1
 { nvidia-smi --query-gpu=name --format=csv,noheader; nproc; $PY -c "import torch; print(torch.__version__)"; } \
     > "$OUT/env.txt" 2>&1
 J="$DATA -a ${ARCH:-resnet18} -b 128 --bf16 --channels-last --pin-memory --persistent-workers"
-alone() {  # round, when, workers: the job alone's rate over whole epochs
+alone() {  # round, when, workers: the job alone's rate over whole epochs (ALONE=0: none, tune only)
+    [ "${ALONE:-1}" = 0 ] && return 0
     local t0=$SECONDS
     taskset -c "$CPUS" $PY "$REPO/benchmarks/reference_train.py" $J --seconds 8 --whole-epochs -j "$3" \
         --json "$OUT/r$1-$2-w$3.json" > /dev/null 2>> "$OUT/alone.log"
