@@ -347,3 +347,13 @@ def test_the_control_repeats_the_narrowest_probe_and_pools_the_chosen_when_it_is
     assert r.best.num_workers == 6 and r.samples_per_s == pytest.approx(truth(6))  # the chosen: the two's mean
     assert r.ci95 == pytest.approx(ctl["pooled_ci95"]) and r.baseline_samples_per_s == pytest.approx(truth(2))
     assert r.baseline_ci95 == pytest.approx((truth(2) * 0.98, truth(2) * 1.02))  # steady: not widened
+
+
+def test_a_recommendation_the_control_s_mean_leaves_without_its_gain_is_not_made():
+    # the job's own settings (2 workers) read 4x faster in the control: their mean beats 6 workers' measurement
+    r = _tune(_Drifting(FakeJob(ci_rel=0.02), 4.0), options=CONTROL)
+    pooled = truth(2) * 2.5
+    assert r.control["apart"] and r.baseline_samples_per_s == pytest.approx(pooled) and pooled > truth(6)
+    assert r.best.num_workers == 2 and r.samples_per_s == pytest.approx(pooled) and r.gain == pytest.approx(1.0)
+    assert r.best == r.baseline and r.ci95 == pytest.approx(r.baseline_ci95)
+    assert any(n.startswith("after the control the recommended settings") and n.endswith("are kept") for n in r.notes)

@@ -92,7 +92,14 @@ def run_tuning(probe: Callable[..., Measurement], fit: Callable[[list[Measuremen
         rate, ci = pooled if ref is cur.measurement else (rate, _tuple(ctl.widen(rate, ci)))
         base_rate, base_ci = pooled if ref is base else (base_rate, _tuple(ctl.widen(base_rate, base_ci)))
         s.notes.append(ctl.note())
-        if cur.measurement is not base and ci and base_ci and ci[0] <= base_ci[1]:
+        if cur.measurement is not base and rate < (1 + o.min_gain) * base_rate:
+            # a setting other than the job's own must be measured min_gain faster: with the control's mean it is not
+            s.notes.append(f"after the control the recommended settings ({rate:,.1f} samples/s) are not measured "
+                           f"{o.min_gain:.0%} faster than the job's own ({base_rate:,.1f}): the job's own settings "
+                           "are kept")
+            cur, best, predicted = Current(LoaderSettings(), base), _complete(own), s.rate(own.num_workers or 0)
+            rate, ci = base_rate, base_ci
+        elif cur.measurement is not base and ci and base_ci and ci[0] <= base_ci[1]:
             s.notes.append(f"with the run-to-run spread the control showed ({ctl.run_rel_sd:.1%}), the recommended "
                            f"settings ({rate:,.1f} samples/s, {ci[0]:,.1f}-{ci[1]:,.1f}) cannot be told apart from "
                            f"the job's own ({base_rate:,.1f}, {base_ci[0]:,.1f}-{base_ci[1]:,.1f})")
