@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Issue 24: does the control probe (the search's first setting measured again at its end, lotus.analysis.runspread)
-# see the host's pace move, and do the intervals it widens hold the job alone's rate at other moments? The oversub
-# shape's 4-CPU setting on the GPU host, where the job alone read 734-920 samples/s within four minutes (ResNet-18 on
-# generated JPEGs, batch 128, bf16, channels_last, pin_memory, persistent workers; its own 16 workers on 4 vCPUs).
-# Each round: the job alone (by its own clock, whole epochs, taskset 0-3) at 4 and 16 workers; `lotus tune --only
-# num_workers` of the job with 16 workers (the corpus's command: 8-s probe cap; its control repeats the job's own
-# 16 workers at the end); the job alone at 4, 16 and the chosen count again. Everything under $OUT (JSON only).
+# Issue 24: does the control probe (one setting of the search measured again at its end, lotus.analysis.runspread)
+# see the pace move between runs, and do the intervals it widens hold the job alone's rate at other moments? The
+# oversub shape's 4-CPU setting on the GPU host, where the job alone read 734-920 samples/s within four minutes
+# (ResNet-18 on generated JPEGs, batch 128, bf16, channels_last, pin_memory, persistent workers; its own 16 workers
+# on 4 vCPUs). Each round: the job alone (by its own clock, whole epochs, taskset 0-3) at 4 and 16 workers; `lotus
+# tune --only num_workers` of the job with 16 workers (the corpus's command: 8-s probe cap, then its control); the
+# job alone at 4, 16 and the chosen count again. Everything under $OUT (JSON only).
 #
 #   OUT=res ROUNDS=2 bash benchmarks/device_control.sh        # START=2 to go on from round 2 in another call
 #   ALONE=0: tune only (no runs of the job alone)
+#   MODE=truth-epochs ROUNDS=3 LONG_S=40: how noisy is a truth? The job alone at WORKERS (4) alternating a short
+#     truth (--seconds 8: one 64-batch epoch counted, as the corpus's) with a long one (--seconds LONG_S: ~5
+#     epochs), ROUNDS times, no tune: if runs differed only by their epochs, long truths would spread less
 set -u
 : "${OUT:?set OUT to the results folder}"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +32,18 @@ alone() {  # round, when, workers: the job alone's rate over whole epochs (ALONE
         --json "$OUT/r$1-$2-w$3.json" > /dev/null 2>> "$OUT/alone.log"
     echo "r$1 $2 w$3: rc $? $((SECONDS - t0)) s $(date -u +%T)" >> "$OUT/steps.log"
 }
+if [ "${MODE:-tune}" = truth-epochs ]; then
+    for r in $(seq 1 "${ROUNDS:-3}"); do
+        for s in 8 "${LONG_S:-40}"; do
+            t0=$SECONDS
+            taskset -c "$CPUS" $PY "$REPO/benchmarks/reference_train.py" $J -j "${WORKERS:-4}" --seconds "$s" \
+                --whole-epochs --json "$OUT/r$r-s$s.json" > /dev/null 2>> "$OUT/alone.log"
+            echo "r$r s$s: rc $? $((SECONDS - t0)) s $(date -u +%T)" >> "$OUT/steps.log"
+        done
+    done
+    cat "$OUT/steps.log"
+    exit 0
+fi
 for r in $(seq "${START:-1}" "${ROUNDS:-1}"); do
     alone "$r" before 4
     alone "$r" before 16

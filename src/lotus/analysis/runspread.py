@@ -215,6 +215,14 @@ def repeats(readings: list[Reading]) -> dict | None:
             "default_rel_sd": default_run_spread()}
 
 
+def repeats_of(summaries: dict[str, dict]) -> dict | None:
+    """:func:`repeats` of runs given as ``{name: their throughput summary}`` (what
+    :func:`lotus.analysis.throughput.throughput` and a launched run's ``summary()`` give: ``samples_per_s``,
+    ``ci95``, ``within_rel_halfwidth``)."""
+    return repeats([Reading(name, t.get("samples_per_s"), t.get("ci95"), t.get("within_rel_halfwidth"))
+                    for name, t in summaries.items()])
+
+
 def combine(rates: list[SteadyRate]) -> tuple[float | None, tuple[float, float] | None]:
     """Sum of independent rates (ranks side by side) and its interval (half-widths added in quadrature)."""
     vals = [r for r in rates if r.samples_per_s is not None]

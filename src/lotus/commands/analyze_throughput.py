@@ -34,11 +34,9 @@ def throughput_cmd(data_dir: Path, repeats: bool, as_json: bool) -> None:
             _print(cfg.name, t)
     few = False
     if repeats:
-        from lotus.analysis.runspread import Reading
-        from lotus.analysis.runspread import repeats as read_repeats
+        from lotus.analysis.runspread import repeats_of
 
-        doc["repeats"] = read_repeats([Reading(name, t["samples_per_s"], t.get("ci95"), t.get("within_rel_halfwidth"))
-                                       for name, t in doc["configs"].items()])
+        doc["repeats"] = repeats_of(doc["configs"])
         few = doc["repeats"] is None
         if not as_json and not few:
             for line in repeats_lines(doc["repeats"]):

@@ -115,24 +115,15 @@ def run(trace_dir, workers, steps, precision, max_seconds, below, settings, cpus
 def _repeats(command: list[str], options, n: int, verdict: bool, precision: float | None) -> None:
     """``--repeat N``: the runs one after the other, each reported; then what they say together. Exits with the
     first failed run's exit code (0 when every run succeeded)."""
-    from lotus.analysis.runspread import Reading, repeats
     from lotus.commands.analyze_throughput import repeats_lines
-    from lotus.launch.repeats import launch_repeats
+    from lotus.launch.repeats import launch_repeats, read_repeats
 
     def progress(k, probe):
         click.echo(f"lotus run: repeat {k} of {n}", err=True)
         _report(probe, verdict and k == n, precision)
 
     root, probes = launch_repeats(command, options, n, progress=progress)
-    readings = []
-    for probe in probes:
-        try:
-            s = probe.summary()
-        except Exception:  # reported above; a damaged trace has no rate
-            s = {}
-        readings.append(Reading(Path(probe.trace_dir).name, s.get("samples_per_s"), s.get("ci95"),
-                                s.get("within_rel_halfwidth")))
-    r = repeats(readings)
+    r = read_repeats(probes)
     if r is None:
         click.echo(f"lotus run: {len(probes)} runs in {root}: fewer than two with a rate, nothing to compare", err=True)
     else:

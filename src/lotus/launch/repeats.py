@@ -39,4 +39,18 @@ def launch_repeats(command: list[str], options: LaunchOptions, n: int, *,
     return root, probes
 
 
-__all__ = ["launch_repeats"]
+def read_repeats(probes: list) -> dict | None:
+    """:func:`lotus.analysis.runspread.repeats_of` the launched runs (a run whose trace cannot be read has no
+    rate); None with fewer than two rated runs."""
+    from lotus.analysis.runspread import repeats_of
+
+    summaries = {}
+    for probe in probes:
+        try:
+            summaries[Path(probe.trace_dir).name] = probe.summary()
+        except Exception:  # a damaged trace: no rate (lotus run reports it with the run)
+            summaries[Path(probe.trace_dir).name] = {}
+    return repeats_of(summaries)
+
+
+__all__ = ["launch_repeats", "read_repeats"]
