@@ -140,4 +140,14 @@ def cli(verbose: int, quiet: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli.main(args=argv, prog_name="lotus")
+    """The ``lotus`` program (``argv`` None: the process's arguments; it then ends the process as soon as the
+    command is done, :func:`lotus._exit.leave`), or its command ``argv`` (which raises ``SystemExit`` as click does)."""
+    if argv is not None:
+        cli.main(args=argv, prog_name="lotus")
+        return
+    try:
+        cli.main(prog_name="lotus")
+    except SystemExit as exc:
+        from lotus._exit import leave
+
+        leave(exc.code)
