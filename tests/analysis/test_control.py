@@ -69,3 +69,30 @@ def test_the_control_repeats_the_probe_whose_own_interval_was_narrowest():
     assert control_choice(rs) == 1  # b +-1% (its whole interval: no within-run width), c +-1%, d +-1%: the first
     assert control_choice([rs[0], rs[2]]) == 1 and control_choice([rs[4]]) is None and control_choice([]) is None
     assert Reading("x", 10.0).rel_halfwidth() == math.inf
+
+
+def test_the_spread_a_pair_shows_half_the_time_is_that_of_drawn_pairs():
+    """``even_odds_rel_sd``: runs whose pace spreads by that much (sd) are told apart by a pair with these own
+    intervals in half of the pairs; checked against pairs drawn with that spread and those within-run errors."""
+    import numpy as np
+
+    first = Reading("a", 1000.0, (900.0, 1100.0), 0.10)
+    again = Reading("a-control", 1000.0, (900.0, 1100.0), 0.10)
+    c = control_check(first, again, "4 workers")
+    se = 100.0 / 1.96
+    assert c.even_odds_rel_sd == pytest.approx(math.hypot(se, se) * 1.929 / 1000.0, rel=1e-3)
+    assert f"{c.even_odds_rel_sd:.0%} (sd) only half the time" in c.note()
+    rng = np.random.default_rng(7)
+    n = 40_000
+    pace = 1000.0 * (1 + c.even_odds_rel_sd * rng.standard_normal((n, 2)))  # two runs' own paces
+    read = pace + se * rng.standard_normal((n, 2))  # each read with its probe's own error
+    shown = np.mean(np.abs(read[:, 0] - read[:, 1]) > 1.96 * math.hypot(se, se))
+    assert shown == pytest.approx(0.5, abs=0.01)
+    # twice and half that spread: shown as often as the normal law says (72% and 25%), not half the time
+    for k in (2.0, 0.5):
+        sd = math.sqrt(2 * (k * c.even_odds_rel_sd * 1000.0) ** 2 + 2 * se ** 2)
+        expect = 1 - math.erf(1.96 * math.hypot(se, se) / sd / math.sqrt(2))
+        pace = 1000.0 * (1 + k * c.even_odds_rel_sd * rng.standard_normal((n, 2)))
+        read = pace + se * rng.standard_normal((n, 2))
+        got = np.mean(np.abs(read[:, 0] - read[:, 1]) > 1.96 * math.hypot(se, se))
+        assert got == pytest.approx(expect, abs=0.01) and abs(expect - 0.5) > 0.2

@@ -107,7 +107,10 @@ class Control:
     ``pair_rel_sd``: the spread between runs the pair shows beyond those intervals (one pair: a rough measure, 0
     when within them);
     ``run_rel_sd``: the spread every rate of the search carries from now on, the larger of it and the default
-    (:func:`default_run_spread`, already in each probe's interval)."""
+    (:func:`default_run_spread`, already in each probe's interval); ``even_odds_rel_sd``: the spread between runs
+    (sd, relative to the pair's mean) that a pair this noisy shows as apart only half the time (:func:`even_odds`):
+    a spread below it mostly goes unseen (on the GPU host a pair of +-9-12% probes, even odds at 12-17%, saw
+    nothing in 3 of 4 rounds where the job alone's runs spread 9-15%, docs/results/gpu-h200/issue-24/control/)."""
 
     setting: str
     first_probe: str
@@ -124,6 +127,7 @@ class Control:
     default_rel_sd: float
     pooled_samples_per_s: float
     pooled_ci95: list[float]
+    even_odds_rel_sd: float = 0.0
 
     def to_dict(self) -> dict:
         return {**asdict(self), "note": self.note()}
@@ -146,12 +150,27 @@ class Control:
                 f"{self.repeat_samples_per_s:,.1f} samples/s against {self.first_samples_per_s:,.1f} first "
                 f"({self.drift:+.1%})")
         if not self.apart:
-            return head + ": within the two probes' own intervals, no change of the host's pace shown"
+            return (head + f": within the two probes' own intervals, no change of the host's pace shown; a pair this "
+                    f"noisy shows runs whose pace differs by {self.even_odds_rel_sd:.0%} (sd) only half the time "
+                    f"(`lotus run --repeat 5` measures a smaller spread: LOTUS_RUN_SPREAD carries it)")
         return (head + f": beyond both probes' own intervals, the pace moved between the two runs; rates of separate "
                 f"runs of this job differ by about that much, so every rate and interval here carries a "
                 f"run-to-run spread of {self.run_rel_sd:.1%} (sd, from this one pair: a rough measure) instead of "
                 f"{self.default_rel_sd:.1%}; the setting's rate is the two probes' mean (LOTUS_RUN_SPREAD="
                 f"{self.run_rel_sd:.2g} adds that spread to every rate lotus reports of this job on this host)")
+
+
+Z50 = 0.6745  # the median of |N(0, 1)|
+
+
+def even_odds(se1: float, se2: float, mean: float) -> float:
+    """The spread between runs (sd, relative to ``mean``) at which two probes with standard errors ``se1`` and
+    ``se2`` differ by more than their own 95% intervals allow (:func:`control_check`'s ``apart``) half the time:
+    their difference is normal with variance 2 (sd x mean)^2 + se1^2 + se2^2 and its median size then equals the
+    threshold ``Z95 x hypot(se1, se2)``."""
+    if mean <= 0:
+        return 0.0
+    return math.hypot(se1, se2) * math.sqrt(((Z95 / Z50) ** 2 - 1) / 2) / mean
 
 
 def control_choice(readings: list[Reading]) -> int | None:
@@ -180,7 +199,8 @@ def control_check(first: Reading, repeat: Reading, setting: str) -> Control | No
                    repeat_samples_per_s=r2, first_ci95=list(first.ci95) if first.ci95 else None,
                    repeat_ci95=list(repeat.ci95) if repeat.ci95 else None, seconds_apart=apart_s,
                    drift=r2 / r1 - 1, apart=apart, pair_rel_sd=pair, run_rel_sd=spread, default_rel_sd=d0,
-                   pooled_samples_per_s=mean, pooled_ci95=[max(mean - hw, 0.0), mean + hw])
+                   pooled_samples_per_s=mean, pooled_ci95=[max(mean - hw, 0.0), mean + hw],
+                   even_odds_rel_sd=even_odds(se1, se2, mean))
 
 
 def repeats(readings: list[Reading]) -> dict | None:
