@@ -22,6 +22,9 @@ same job runs alone (``taskset``, no lotus) at the points the command speaks of,
 
 Every step saves its JSON under ``--work`` and is skipped when rerun (phases resume across device calls);
 ``--deadline-s`` stops starting new steps. ``--table FILE`` writes the markdown table from what is there.
+Truths and traces are reused only on the machine (the boot, :func:`machine`) that made them: a resumed call on
+another machine measures them again, so that a row never compares lotus on one machine with the job alone on
+another (the GPU host's machines differ in level by up to 28% at one cell).
 
     python benchmarks/corpus.py --host local --work /tmp/corpus --seconds 6            # this machine
     python benchmarks/corpus.py --host gpu --data /tmp/jpegs --work W --shapes gpu_bound --commands whatif,stalls
@@ -93,10 +96,41 @@ SHAPES = {
 COMMANDS = ("whatif", "stalls", "tune", "sens")
 
 
+def machine() -> str:
+    """This machine's boot: its host name and the kernel's boot id. The GPU host is lent a machine at a time, and
+    two machines' levels differ by more than any target here (the oversub cell's job alone: 829 and 1,059 samples/s
+    on two machines of one session, docs/results/gpu-h200/issue-24/control/): a truth or a trace is used only on the
+    boot that made it (:meth:`Corpus.mine`); one of another boot (or of none: made before 2026-11-30) is set aside
+    and measured again."""
+    import socket
+
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}/{boot}"
+
+
 class Corpus:
     def __init__(self, a):
         self.a, self.work, self.t0 = a, Path(a.work), time.monotonic()
         self.shapes = SHAPES[a.host]
+        self.machine = machine()
+
+    def mine(self, made_on: str | None, f: Path) -> bool:
+        """Whether what ``f`` holds was made on this boot (:func:`machine`); if not, ``f`` is set aside
+        (``.other-machine`` after its name) so that it is measured again here."""
+        if made_on == self.machine:
+            return True
+        aside = f.with_name(f.name + ".other-machine")
+        if aside.is_dir():
+            import shutil
+
+            shutil.rmtree(aside)
+        f.replace(aside)
+        print(f"{f.name}: made on {made_on or 'an unrecorded machine'}, not this one ({self.machine}): measured "
+              f"again", flush=True)
+        return False
 
     def late(self) -> bool:
         return time.monotonic() - self.t0 > self.a.deadline_s
@@ -136,7 +170,7 @@ class Corpus:
         f = self.work / "truth" / f"{shape}-c{c}-w{w}{'-e' if self.whole_epochs() else ''}.json"
         if f.exists():
             d = json.loads(f.read_text())
-            if len(d.get("runs") or [d]) >= n:
+            if self.mine(d.get("machine"), f) and len(d.get("runs") or [d]) >= n:
                 return d
         if n == 1:
             return self._plain_once(shape, c, w, f)
@@ -152,7 +186,7 @@ class Corpus:
         from lotus.analysis.steady import t975
 
         hw = t975(n - 1) * sd / math.sqrt(n)
-        d = {"samples_per_s": mean, "ci95": [mean - hw, mean + hw], "rel_sd": sd / mean,
+        d = {"samples_per_s": mean, "ci95": [mean - hw, mean + hw], "rel_sd": sd / mean, "machine": self.machine,
              "wait_share": statistics.fmean(r["wait_share"] for r in runs),
              "wall_s": statistics.fmean(r["wall_s"] for r in runs), "total_wall_s": sum(r["wall_s"] for r in runs),
              "runs": runs}
@@ -162,7 +196,9 @@ class Corpus:
 
     def _plain_once(self, shape: str, c: int, w: int, f: Path) -> dict | None:
         if f.exists():
-            return json.loads(f.read_text())
+            d = json.loads(f.read_text())
+            if self.mine(d.get("machine"), f):
+                return d
         if self.late():
             return None
         f.parent.mkdir(parents=True, exist_ok=True)
@@ -177,6 +213,7 @@ class Corpus:
         d = json.loads(Path(str(f) + ".tmp").read_text())
         Path(str(f) + ".tmp").unlink()
         d["wall_s"] = time.monotonic() - t
+        d["machine"] = self.machine
         f.write_text(json.dumps(d))
         if d["samples_per_s"] is None:  # no steady state in the run (the prefetched ramp took it all)
             print(f"truth {shape} c{c} w{w}: no steady state after the {d['ramp_batches']}-batch ramp "
@@ -206,14 +243,17 @@ class Corpus:
     def save(self, shape: str, cmd: str, d: dict) -> None:
         f = self.result(shape, cmd)
         f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(json.dumps({"shape": shape, "command": cmd, "what": self.shapes[shape][5], **d}, indent=1))
+        f.write_text(json.dumps({"shape": shape, "command": cmd, "what": self.shapes[shape][5], **d,
+                                 "machine": self.machine}, indent=1))
         print(f"{shape} {cmd}: {json.dumps({k: v for k, v in d.items() if k != 'detail'})}", flush=True)
 
     def trace(self, shape: str, workers: int, run: Path) -> bool:
         """``lotus run`` of the shape on its CPUs with ``workers`` into ``run``, the job's own clock beside it
         (``run/own.json``); kept when there (phases resume); False when the run failed."""
-        if (run / "own.json").exists():
+        made = run.parent / f"{run.name}.machine"
+        if (run / "own.json").exists() and self.mine(made.read_text() if made.exists() else None, run):
             return True
+        made.unlink(missing_ok=True)
         run.parent.mkdir(parents=True, exist_ok=True)
         own = run.parent / f"{run.name}.own.json"
         self.evict(shape)
@@ -223,6 +263,7 @@ class Corpus:
         if not own.exists():
             return False
         own.rename(run / "own.json")
+        made.write_text(self.machine)
         return True
 
     # -- the commands ------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@
 #   RERUN="tokenizer:stalls" (with STEPS holding it too): measure those anew
 #   REDO="nw0:tune": run lotus's side again against the truths already there
 #   TRUTH_REPEATS=4: the job alone runs 4 times a setting, the mean its truth (one run spreads 6-8% sd there)
-#   TRUTHS="gpu_bound:16:16,8:8": only the job alone at those CPUs:workers (before STEPS); truths are over
+#   TRUTHS="gpu_bound:16:16,8:8": only the job alone at those CPUs:workers (before STEPS; a later call uses them only
+#   on the same machine, benchmarks/corpus.py machine(): the machine stays warm ~30 s between calls); truths are over
 #   whole epochs (benchmarks/reference_train.py --whole-epochs); LOTUS_TRUTH_EPOCHS=0: over the 8-s window
 set -u
 : "${OUT:?set OUT to the results folder}"
