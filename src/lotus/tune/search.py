@@ -304,10 +304,12 @@ def search_workers(s: Session, baseline: Measurement, *, candidates: list[int], 
     if open_:
         reach = [intervals[w][1] for w in open_]
         widths = [(ci[1] - ci[0]) / 2 / measured[w] for w, ci in intervals.items() if ci and measured.get(w)]
+        lo_w, hi_w = f"+-{min(widths):.0%}", f"+-{max(widths):.0%}"
+        span = lo_w if lo_w == hi_w else f"{lo_w} to {hi_w}"
         s.notes.append(
             f"num_workers: not settled: {', '.join(map(str, open_))} worker(s) may be more than {EQUIVALENT:.0%} "
             f"faster than the chosen {best} (their 95% intervals reach {min(reach):,.0f}-{max(reach):,.0f} samples/s "
-            f"against {measured[best]:,.1f}); the probes' intervals are +-{min(widths):.0%} to +-{max(widths):.0%}: "
+            f"against {measured[best]:,.1f}); the probes' intervals are {span}: "
             "this job's rate varies more within a probe than the settings differ. Longer probes (--max-seconds) "
             "would tell (each probe's note says how long it would need for +-3%)")
     return WorkersOutcome(best, measured, stopped, s.rate(best), open_)
