@@ -5,8 +5,8 @@
 # (ResNet-18 on generated JPEGs, batch 128, bf16, channels_last, pin_memory, persistent workers; its own 16 workers
 # on 4 vCPUs). Each round: the job alone (by its own clock, whole epochs, taskset 0-3) at 4 and 16 workers; `lotus
 # tune --only num_workers` of the job with 16 workers (the corpus's command: 8-s probe cap, then its control); the
-# job alone at 4, 16 and the chosen count again. Everything under $OUT, in one archive (results.tgz: the device
-# tool brings back at most 8 files a call).
+# job alone at 4, 16 and the chosen count again. Everything under $OUT (more than 8 files: in
+# one archive, results.tgz, device_lib.sh pack_out: the device tool brings back at most 8 files a call).
 #
 #   OUT=res ROUNDS=2 bash benchmarks/device_control.sh        # START=2 to go on from round 2 in another call
 #   ALONE=0: tune only (no runs of the job alone)
@@ -25,9 +25,6 @@ mkdir -p "$WORK" "$OUT"
 data 8192 > "$OUT/data.log" 2>&1 || exit 1
 { nvidia-smi --query-gpu=name --format=csv,noheader; nproc; $PY -c "import torch; print(torch.__version__)"; } \
     > "$OUT/env.txt" 2>&1
-pack() {  # the device tool brings back at most 8 files a call: the round's files in one archive
-    (cd "$OUT" && tar -czf results.tgz --remove-files $(ls | grep -v '^results.tgz$'))
-}
 J="$DATA -a ${ARCH:-resnet18} -b 128 --bf16 --channels-last --pin-memory --persistent-workers"
 alone() {  # round, when, workers: the job alone's rate over whole epochs (ALONE=0: none, tune only)
     [ "${ALONE:-1}" = 0 ] && return 0
@@ -46,7 +43,7 @@ if [ "${MODE:-tune}" = truth-epochs ]; then
         done
     done
     cat "$OUT/steps.log"
-    pack
+    pack_out
     exit 0
 fi
 for r in $(seq "${START:-1}" "${ROUNDS:-1}"); do
@@ -64,4 +61,4 @@ for r in $(seq "${START:-1}" "${ROUNDS:-1}"); do
     case "$chosen" in 4|16) ;; *) alone "$r" after "$chosen" ;; esac
 done
 cat "$OUT/steps.log"
-pack
+pack_out

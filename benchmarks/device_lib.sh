@@ -23,3 +23,8 @@ Path(sys.argv[1], ".done").write_text(f"{n}\n")
 print(f"generated {n} JPEGs in {time.time() - t:.0f} s")
 PYEOF
 }
+
+pack_out() {  # the device tool brings back at most 8 files a call, 2 folders down: more become $OUT/results.tgz
+    [ "$(find "$OUT" -type f | wc -l)" -le 8 ] && [ -z "$(find "$OUT" -mindepth 3 -type f)" ] && return 0
+    tar -czf "/tmp/pack$$.tgz" -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv "/tmp/pack$$.tgz" "$OUT/results.tgz"
+}

@@ -31,3 +31,4 @@ for v in ${VARIANTS:-none cpus:1 transform:1 step:0}; do
     $PY -m lotus analyze verdict -d "$WORK/$name" > "$OUT/$name/verdict.txt" 2>&1
     head -8 "$OUT/$name/ranks.txt"; cat "$OUT/$name"/truth/*.json; echo
 done
+pack_out  # more than 8 files: one archive (device_lib.sh)
