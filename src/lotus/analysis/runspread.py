@@ -109,8 +109,9 @@ class Control:
     ``run_rel_sd``: the spread every rate of the search carries from now on, the larger of it and the default
     (:func:`default_run_spread`, already in each probe's interval); ``even_odds_rel_sd``: the spread between runs
     (sd, relative to the pair's mean) that a pair this noisy shows as apart only half the time (:func:`even_odds`):
-    a spread below it mostly goes unseen (on the GPU host a pair of +-9-12% probes, even odds at 12-17%, saw
-    nothing in 3 of 4 rounds where the job alone's runs spread 9-15%, docs/results/gpu-h200/issue-24/control/)."""
+    a spread below it mostly goes unseen (on the GPU host pairs of +-7-12% probes, even odds at 11-17%, saw
+    nothing in 3 of 4 rounds where the job alone's runs spread 7-10% within a machine,
+    docs/results/gpu-h200/issue-24/control/)."""
 
     setting: str
     first_probe: str
