@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -180,13 +179,11 @@ class Corpus:
             if r is None or r.get("samples_per_s") is None:
                 return None
             runs.append(r)
-        rates = [r["samples_per_s"] for r in runs]
-        mean = statistics.fmean(rates)
-        sd = statistics.stdev(rates)
-        from lotus.analysis.steady import t975
+        from lotus.analysis.runspread import Reading, repeats
 
-        hw = t975(n - 1) * sd / math.sqrt(n)
-        d = {"samples_per_s": mean, "ci95": [mean - hw, mean + hw], "rel_sd": sd / mean, "machine": self.machine,
+        rep = repeats([Reading(f"r{k}", x["samples_per_s"]) for k, x in enumerate(runs)])  # lotus's one measure of runs
+        mean, sd = rep["mean_samples_per_s"], rep["rel_sd"] * rep["mean_samples_per_s"]
+        d = {"samples_per_s": mean, "ci95": rep["mean_ci95"], "rel_sd": rep["rel_sd"], "machine": self.machine,
              "wait_share": statistics.fmean(r["wait_share"] for r in runs),
              "wall_s": statistics.fmean(r["wall_s"] for r in runs), "total_wall_s": sum(r["wall_s"] for r in runs),
              "runs": runs}

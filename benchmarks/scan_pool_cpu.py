@@ -46,8 +46,9 @@ def main(path: str, rounds: int) -> None:
 
     def pool() -> tuple[float, float]:
         c0, w0 = os.times(), time.monotonic()
-        for _ in parallel._on_processes(scan_task, tasks, 2):
-            pass
+        with parallel.settings(jobs=2):  # the pool the commands use (lotus.query.parallel.map_tasks)
+            for _ in parallel.map_tasks(scan_task, tasks, [1 << 40] * len(tasks)):
+                pass
         c1 = os.times()
         return c1.children_user + c1.children_system - c0.children_user - c0.children_system, time.monotonic() - w0
 
